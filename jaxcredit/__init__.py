@@ -1,0 +1,3 @@
+"""jaxcredit: credit assignment for reinforcement learning in JAX."""
+
+__version__ = "0.1.0"
