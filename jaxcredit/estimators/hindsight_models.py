@@ -1,0 +1,235 @@
+"""Hindsight models for hindsight credit assignment (HCA, Harutyunyan et al., 2019).
+
+A hindsight model is a classifier of the action taken at s_t given something observed later:
+
+* return-conditioned:  h(a | s, Z), Z the return that followed (HCA Theorem 2);
+* state-conditioned:   h(a | s_t, s_k), s_k a later state of the same episode (HCA Theorem 1).
+
+Each model is a small record of pure functions over explicit parameters (no hidden state), so the
+estimators in ``jaxcredit.estimators.hca`` can train it inside the agent's compiled update step and
+the diagnostics can swap in the exact hindsight distribution computed by dynamic programming.
+
+Two parametrisations of each:
+
+* ``mlp``: a flax MLP on the flattened observation. With ``policy_modulated=True`` (COCOA,
+  Meulemans et al., 2023) the logits are ``stop_gradient(log π(·|s)) + f_φ(·)`` and the last layer
+  of f_φ starts at zero, so h = π at initialisation: the credit ratio starts at 1 and the model only
+  learns the deviation of hindsight from the policy.
+* ``tabular``: a logit table indexed by the state index (observations are one-hot states). The
+  return model snaps Z to the nearest point of a fixed grid, as the official HCA code does. Loading
+  exact log-probabilities into the table gives the exact hindsight distribution.
+
+The state model is split into ``source`` (features of s_t), ``target`` (features of s_k) and
+``pair_logits``. For the MLP the first layer is linear in the concatenation [s_t, s_k], so it is
+computed once per step as W_s s_t + b and W_k s_k and only added per pair: the pairwise cost is one
+add, a ReLU and the small head per pair rather than a full forward pass over the concatenation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------------------------
+# Return-conditioned hindsight h(a | s, Z)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ReturnHindsightModel:
+    """h(a | s, Z) as pure functions.
+
+    Attributes:
+      init: ``init(key, obs, num_actions) -> params``; ``obs`` is ``[*batch, *obs_shape]`` (any
+        batch), only its trailing ``obs_ndim`` dims are used.
+      logits: ``logits(params, obs, z, z_normalised, policy_logits) -> [*batch, A]`` logits of h.
+        ``z`` is the raw return, ``z_normalised`` the batch-standardised one (the MLP uses it; the
+        tabular grid uses the raw value). ``policy_logits`` are log π up to a constant.
+    """
+
+    init: Callable[..., Any]
+    logits: Callable[..., Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class StateHindsightModel:
+    """h(a | s_t, s_k) as pure functions, factored for the pairwise computation.
+
+    Attributes:
+      init: ``init(key, obs, num_actions) -> params``.
+      source: ``source(params, obs [*b, *obs_shape]) -> [*b, ...]`` features of s_t.
+      target: ``target(params, obs) -> [*b, ...]`` features of s_k.
+      pair_logits: ``pair_logits(params, src, tgt, policy_logits) -> [*b, A]``; ``src``, ``tgt`` and
+        ``policy_logits`` broadcast against each other over the leading dims.
+    """
+
+    init: Callable[..., Any]
+    source: Callable[..., Array]
+    target: Callable[..., Array]
+    pair_logits: Callable[..., Array]
+
+
+def _flatten_obs(obs: Array, obs_ndim: int) -> Array:
+    lead = obs.shape[: obs.ndim - obs_ndim]
+    return jnp.reshape(obs, lead + (-1,)).astype(jnp.float32)
+
+
+class _ReturnMLP(nn.Module):
+    num_actions: int
+    hidden: Sequence[int]
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width)(x))
+        # Zero last layer: with policy modulation h = π exactly at initialisation.
+        return nn.Dense(self.num_actions, kernel_init=nn.initializers.zeros)(x)
+
+
+def return_mlp(
+    obs_ndim: int, hidden: Sequence[int] = (64, 64), policy_modulated: bool = True
+) -> ReturnHindsightModel:
+    """An MLP hindsight model on [flatten(obs), Z_normalised].
+
+    Args:
+      obs_ndim: number of trailing observation dims (0 for scalar observations).
+      hidden: widths of the hidden layers.
+      policy_modulated: add stop_gradient(log π) to the output logits (COCOA's parametrisation).
+    """
+    hidden = tuple(int(w) for w in hidden)
+
+    def init(key, obs, num_actions):
+        x = _flatten_obs(obs, obs_ndim)
+        x = jnp.reshape(x, (-1, x.shape[-1]))[:1]
+        net = _ReturnMLP(num_actions, hidden)
+        return net.init(key, jnp.concatenate([x, jnp.zeros((1, 1))], -1))
+
+    def logits(params, obs, z, z_normalised, policy_logits):
+        del z
+        num_actions = policy_logits.shape[-1]
+        x = _flatten_obs(obs, obs_ndim)
+        x = jnp.concatenate([x, z_normalised[..., None].astype(jnp.float32)], -1)
+        out = _ReturnMLP(num_actions, hidden).apply(params, x)
+        if policy_modulated:
+            out = out + jax.lax.stop_gradient(jax.nn.log_softmax(policy_logits))
+        return out
+
+    return ReturnHindsightModel(init=init, logits=logits)
+
+
+def return_tabular(num_states: int, z_grid: Array, policy_modulated: bool = False):
+    """A tabular hindsight model: logits table ``[S, len(z_grid), A]``, Z snapped to the grid.
+
+    Observations must be one-hot state vectors (the state index is their argmax), as in
+    the diagnostics. Nearest-bin snapping follows the official HCA code (hca_classes.py).
+
+    Args:
+      num_states: S.
+      z_grid: ``[num_bins]`` increasing return values.
+      policy_modulated: add log π to the table logits (then a zero table means h = π).
+    """
+    z_grid = jnp.asarray(z_grid, jnp.float32)
+
+    def init(key, obs, num_actions):
+        del key, obs
+        return {"table": jnp.zeros((num_states, z_grid.shape[0], num_actions), jnp.float32)}
+
+    def logits(params, obs, z, z_normalised, policy_logits):
+        del z_normalised
+        s = jnp.argmax(obs, axis=-1)
+        b = jnp.argmin(jnp.abs(z[..., None] - z_grid), axis=-1)
+        out = params["table"][s, b]
+        if policy_modulated:
+            out = out + jax.lax.stop_gradient(jax.nn.log_softmax(policy_logits))
+        return out
+
+    return ReturnHindsightModel(init=init, logits=logits)
+
+
+# ----------------------------------------------------------------------------------------------
+# State-conditioned hindsight h(a | s_t, s_k)
+# ----------------------------------------------------------------------------------------------
+
+
+class _PairHead(nn.Module):
+    num_actions: int
+    hidden: int
+
+    def setup(self):
+        self.src = nn.Dense(self.hidden)
+        self.tgt = nn.Dense(self.hidden, use_bias=False)
+        self.mid = nn.Dense(self.hidden)
+        self.out = nn.Dense(self.num_actions, kernel_init=nn.initializers.zeros)
+
+    def __call__(self, x_src: Array, x_tgt: Array) -> Array:  # only used by init
+        return self.head(self.source(x_src), self.target(x_tgt))
+
+    def source(self, x: Array) -> Array:
+        return self.src(x)
+
+    def target(self, x: Array) -> Array:
+        return self.tgt(x)
+
+    def head(self, u: Array, v: Array) -> Array:
+        z = nn.relu(u + v)
+        z = nn.relu(self.mid(z))
+        return self.out(z)
+
+
+def state_mlp(obs_ndim: int, hidden: int = 64, policy_modulated: bool = True) -> StateHindsightModel:
+    """An MLP h(a | s_t, s_k) whose first layer is factored into source and target projections.
+
+    f(s_t, s_k) = W_3 relu(W_2 relu(W_s s_t + W_k s_k + b) + b_2) + b_3. With ``policy_modulated``
+    the logits are stop_gradient(log π(·|s_t)) + f and W_3 starts at zero (h = π initially).
+    """
+    hidden = int(hidden)
+
+    def init(key, obs, num_actions):
+        x = _flatten_obs(obs, obs_ndim)
+        x = jnp.reshape(x, (-1, x.shape[-1]))[:1]
+        return _PairHead(num_actions, hidden).init(key, x, x)
+
+    def _module(params):
+        num_actions = params["params"]["out"]["kernel"].shape[-1]
+        return _PairHead(num_actions, hidden)
+
+    def source(params, obs):
+        return _module(params).apply(params, _flatten_obs(obs, obs_ndim), method=_PairHead.source)
+
+    def target(params, obs):
+        return _module(params).apply(params, _flatten_obs(obs, obs_ndim), method=_PairHead.target)
+
+    def pair_logits(params, src, tgt, policy_logits):
+        out = _module(params).apply(params, src, tgt, method=_PairHead.head)
+        if policy_modulated:
+            out = out + jax.lax.stop_gradient(jax.nn.log_softmax(policy_logits))
+        return out
+
+    return StateHindsightModel(init=init, source=source, target=target, pair_logits=pair_logits)
+
+
+def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHindsightModel:
+    """A tabular h(a | s_t, s_k): logits table ``[S, S, A]`` on one-hot state observations."""
+
+    def init(key, obs, num_actions):
+        del key, obs
+        return {"table": jnp.zeros((num_states, num_states, num_actions), jnp.float32)}
+
+    def index(params, obs):
+        del params
+        return jnp.argmax(obs, axis=-1)
+
+    def pair_logits(params, src, tgt, policy_logits):
+        out = params["table"][src, tgt]
+        if policy_modulated:
+            out = out + jax.lax.stop_gradient(jax.nn.log_softmax(policy_logits))
+        return out
+
+    return StateHindsightModel(init=init, source=index, target=index, pair_logits=pair_logits)

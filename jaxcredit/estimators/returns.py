@@ -1,0 +1,427 @@
+"""Multistep returns and advantages: Monte Carlo, n-step, TD(λ), GAE and V-trace.
+
+Every function is time-major: the first axis of every array is time ``T``, followed by any number of
+batch dimensions (none included). Argument order and meaning follow rlax wherever rlax has the same
+function, so code written against ``jax.vmap(rlax.fn)`` can switch over; unlike rlax, batch dimensions
+need no ``vmap``.
+
+Indexing follows Sutton & Barto and rlax. For a window s_0 .. s_T of ``T`` transitions:
+
+* ``r_t[i]`` is the reward of the transition s_i -> s_{i+1};
+* ``discount_t[i] = γ · (1 - terminated_i)``;
+* ``v_t[i]`` is the bootstrap value of s_{i+1}.
+
+The linear recursions (discounted sums, λ-returns, GAE, V-trace) all have the affine form
+
+        x_i = b_i + a_i · x_{i+1},        x_T given,
+
+and are computed either by a reverse ``jax.lax.scan`` (``method="scan"``: O(T) depth, O(T) work) or
+by a reverse ``jax.lax.associative_scan`` over affine maps (``method="associative"``: O(log T) depth,
+about 2x the work). Both give the same numbers up to float rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+import chex
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+Numeric = Union[Array, float, int]
+Method = Optional[Literal["scan", "associative"]]
+
+METHODS = ("scan", "associative")
+
+# Shortest window for which the parallel prefix form is the default on accelerators. On XLA:CPU the
+# sequential scan is faster at every size we measured (README, "Estimator benchmark"), so CPU always
+# defaults to "scan". On GPU, rlax PR #168 reports the associative λ-return 4.5x faster at T=1024.
+ASSOCIATIVE_MIN_T_ON_ACCELERATOR = 256
+
+
+def default_method(num_steps: int, backend: Optional[str] = None) -> str:
+    """The faster implementation for this backend and window length (see README benchmark)."""
+    backend = backend or jax.default_backend()
+    if backend == "cpu":
+        return "scan"
+    return "associative" if num_steps >= ASSOCIATIVE_MIN_T_ON_ACCELERATOR else "scan"
+
+
+def _resolve_method(method: Method, num_steps: int) -> str:
+    if method is None:
+        return default_method(num_steps)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS} or None, got {method!r}")
+    return method
+
+
+def _check_lambda(lambda_: Numeric) -> None:
+    """Rejects a concrete λ outside [0, 1]; traced values (sweeps) are the caller's to check."""
+    if isinstance(lambda_, (int, float)) and not 0.0 <= lambda_ <= 1.0:
+        raise ValueError(f"lambda_ must lie in [0, 1], got {lambda_}")
+
+
+def _as_like(x: Numeric, like: Array) -> Array:
+    """Broadcasts a scalar or per-step array to ``like``'s shape and dtype."""
+    return jnp.broadcast_to(jnp.asarray(x, dtype=like.dtype), like.shape)
+
+
+def affine_reverse_recursion(
+        a_t: Array, b_t: Array, x_final: Array, method: Method = None
+) -> Array:
+    """Solves x_i = b_i + a_i · x_{i+1} backwards from x_T = ``x_final``.
+
+    Args:
+        a_t: ``[T, *batch]`` multiplicative coefficients.
+        b_t: ``[T, *batch]`` additive terms.
+        x_final: ``[*batch]`` (or broadcastable) value of x_T.
+        method: "scan", "associative" or None (backend default).
+
+    Returns:
+        ``[T, *batch]`` array x_0 .. x_{T-1}.
+    """
+    chex.assert_equal_shape([a_t, b_t])
+    a_t, b_t = jnp.asarray(a_t), jnp.asarray(b_t)
+    method = _resolve_method(method, a_t.shape[0])
+    x_final = jnp.broadcast_to(jnp.asarray(x_final, b_t.dtype), b_t.shape[1:])
+
+    if method == "scan":
+
+        def step(x_next, ab):
+            a, b = ab
+            x = b + a * x_next
+            return x, x
+
+        _, xs = jax.lax.scan(step, x_final, (a_t, b_t), reverse=True)
+        return xs
+
+    # Fold the boundary value into the last map so that every element is a plain affine map.
+    b_t = b_t.at[-1].add(a_t[-1] * x_final)
+
+    def compose(later, earlier):
+        # With reverse=True, `later` is the already-combined suffix and `earlier` the preceding
+        # element; the result is earlier ∘ later: x ↦ b_e + a_e (b_l + a_l x).
+        a_l, b_l = later
+        a_e, b_e = earlier
+        return a_e * a_l, b_e + a_e * b_l
+
+    _, xs = jax.lax.associative_scan(compose, (a_t, b_t), reverse=True, axis=0)
+    return xs
+
+
+def _maybe_stop(x: Array, stop: bool) -> Array:
+    return jax.lax.stop_gradient(x) if stop else x
+
+
+def lambda_returns(
+        r_t: Array,
+        discount_t: Array,
+        v_t: Array,
+        lambda_: Numeric = 1.0,
+        stop_target_gradients: bool = False,
+        method: Method = None,
+) -> Array:
+    """TD(λ) returns (Sutton & Barto 2018, §12.1; rlax.lambda_returns, time-major).
+
+            G_i = r_i + γ_i [(1 - λ_i) v_i + λ_i G_{i+1}],    G_{T-1} = r_{T-1} + γ_{T-1} v_{T-1}
+
+    where ``v_i`` is the value of s_{i+1}. λ = 1 gives the Monte-Carlo return bootstrapped at the end of
+    the window, λ = 0 the one-step TD target.
+
+    Args:
+        r_t: ``[T, *batch]`` rewards.
+        discount_t: ``[T, *batch]`` discounts γ·(1 - terminated).
+        v_t: ``[T, *batch]`` bootstrap values V(s_{i+1}).
+        lambda_: scalar or ``[T, *batch]`` per-step λ in [0, 1].
+        stop_target_gradients: stop gradients flowing through the returns.
+        method: "scan", "associative" or None (backend default).
+
+    Returns:
+        ``[T, *batch]`` λ-returns, dtype of ``r_t``.
+    """
+    chex.assert_equal_shape([r_t, discount_t, v_t])
+    chex.assert_type([r_t, discount_t, v_t], float)
+    _check_lambda(lambda_)
+    lam = _as_like(lambda_, discount_t)
+    # The final element bootstraps fully (λ_{T-1} is irrelevant there, as in rlax).
+    lam = lam.at[-1].set(0.0)
+    a_t = discount_t * lam
+    b_t = r_t + discount_t * (1.0 - lam) * v_t
+    returns = affine_reverse_recursion(a_t, b_t, jnp.zeros_like(r_t[0]), method)
+    return _maybe_stop(returns, stop_target_gradients)
+
+
+def discounted_returns(
+        r_t: Array,
+        discount_t: Array,
+        v_t: Numeric,
+        stop_target_gradients: bool = False,
+        method: Method = None,
+) -> Array:
+    """Monte-Carlo returns bootstrapped at the end of the window (rlax.discounted_returns).
+
+            G_i = r_i + γ_i G_{i+1},    G_T = v
+
+    Args:
+        r_t: ``[T, *batch]`` rewards.
+        discount_t: ``[T, *batch]`` discounts.
+        v_t: bootstrap value: a scalar, ``[*batch]``, or ``[T, *batch]`` of which only the last step is
+            used (as in rlax).
+        stop_target_gradients: stop gradients flowing through the returns.
+        method: "scan", "associative" or None.
+
+    Returns:
+        ``[T, *batch]`` discounted returns.
+    """
+    chex.assert_equal_shape([r_t, discount_t])
+    v_t = jnp.asarray(v_t, r_t.dtype)
+    bootstrap = v_t[-1] if v_t.ndim == r_t.ndim else v_t
+    chex.assert_shape(jnp.broadcast_to(bootstrap, r_t.shape[1:]), r_t.shape[1:])
+    returns = affine_reverse_recursion(discount_t, r_t, bootstrap, method)
+    return _maybe_stop(returns, stop_target_gradients)
+
+
+def n_step_bootstrapped_returns(
+        r_t: Array,
+        discount_t: Array,
+        v_t: Array,
+        n: int,
+        lambda_t: Numeric = 1.0,
+        stop_target_gradients: bool = False,
+) -> Array:
+    """Strided n-step returns (rlax.n_step_bootstrapped_returns, time-major).
+
+            G_i^(n) = r_i + γ_i r_{i+1} + ... + γ_i ... γ_{i+n-2} r_{i+n-1} + γ_i ... γ_{i+n-1} v_{i+n-1}
+
+    Near the end of the window the horizon shrinks and the return bootstraps from ``v_{T-1}``. A
+    per-step ``lambda_t`` mixes in the bootstrap at intermediate steps exactly as rlax does
+    (λ_i = 0 bootstraps from v_i at step i; jaxcredit uses this to bootstrap a time-out).
+
+    The n backward passes run in a ``jax.lax.scan`` over the horizon (n is static), each a shifted
+    elementwise update of the whole window: O(n·T) work, no Python loop over time.
+
+    Args:
+        r_t: ``[T, *batch]`` rewards.
+        discount_t: ``[T, *batch]`` discounts.
+        v_t: ``[T, *batch]`` bootstrap values V(s_{i+1}).
+        n: the horizon, a positive Python int. n ≥ T gives the Monte-Carlo return.
+        lambda_t: scalar or ``[T, *batch]`` mixing coefficients.
+        stop_target_gradients: stop gradients flowing through the returns.
+
+    Returns:
+        ``[T, *batch]`` n-step returns.
+    """
+    chex.assert_equal_shape([r_t, discount_t, v_t])
+    chex.assert_type([r_t, discount_t, v_t], float)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    num_steps = r_t.shape[0]
+    n = min(n, num_steps)
+    lam = _as_like(lambda_t, discount_t)
+
+    # Pad by n-1 steps past the window: zero reward, unit discount and λ, last bootstrap value.
+    pad = n - 1
+    tail = lambda x, value: jnp.concatenate(
+            [x, jnp.broadcast_to(jnp.asarray(value, x.dtype), (pad,) + x.shape[1:])], axis=0)
+    r_pad = tail(r_t, 0.0)
+    d_pad = tail(discount_t, 1.0)
+    l_pad = tail(lam, 1.0)
+    v_pad = tail(v_t, v_t[-1])
+    targets = v_pad[pad:pad + num_steps]  # v_{i+n-1}, or v_{T-1} past the end.
+
+    def backward_pass(targets, i):
+        window = lambda x: jax.lax.dynamic_slice_in_dim(x, i, num_steps, axis=0)
+        r, d, lam_i, v = window(r_pad), window(d_pad), window(l_pad), window(v_pad)
+        return r + d * ((1.0 - lam_i) * v + lam_i * targets), None
+
+    targets, _ = jax.lax.scan(backward_pass, targets, jnp.arange(n), reverse=True)
+    return _maybe_stop(targets, stop_target_gradients)
+
+
+def truncated_generalized_advantage_estimation(
+        r_t: Array,
+        discount_t: Array,
+        lambda_: Numeric,
+        values: Array,
+        stop_target_gradients: bool = False,
+        method: Method = None,
+) -> Array:
+    """GAE over a window (Schulman et al. 2016, arXiv 1506.02438; rlax meaning, time-major).
+
+            δ_i = r_i + γ_i V(s_{i+1}) - V(s_i),      Â_i = δ_i + γ_i λ_i Â_{i+1},   Â_T = 0
+
+    ``values`` holds V(s_0) .. V(s_T): T+1 entries. A time-out inside the window is bootstrapped from
+    ``values[i+1]``, which after an auto-reset is the *reset* state: use :func:`gae` for windows that
+    contain truncations.
+
+    Args:
+        r_t: ``[T, *batch]`` rewards.
+        discount_t: ``[T, *batch]`` discounts.
+        lambda_: scalar or ``[T, *batch]``.
+        values: ``[T+1, *batch]``.
+        stop_target_gradients: stop gradients through the bootstrap targets.
+        method: "scan", "associative" or None.
+
+    Returns:
+        ``[T, *batch]`` advantages.
+    """
+    chex.assert_equal_shape([r_t, discount_t])
+    chex.assert_shape(values, (r_t.shape[0] + 1,) + r_t.shape[1:])
+    chex.assert_type([r_t, discount_t, values], float)
+    _check_lambda(lambda_)
+    lam = _as_like(lambda_, discount_t)
+    v_tm1, v_t = values[:-1], values[1:]
+    v_t = _maybe_stop(v_t, stop_target_gradients)
+    delta = r_t + discount_t * v_t - v_tm1
+    advantages = affine_reverse_recursion(discount_t * lam, delta, jnp.zeros_like(r_t[0]), method)
+    return advantages
+
+
+def gae(
+        rewards: Array,
+        values: Array,
+        next_values: Array,
+        terminated: Array,
+        truncated: Array,
+        gamma: Numeric,
+        lambda_: Numeric,
+        method: Method = None,
+) -> tuple[Array, Array]:
+    """Termination- and truncation-aware GAE for auto-resetting environments.
+
+    With done_i = terminated_i ∨ truncated_i and ``next_values[i] = V(s'_{i+1})``, where s'_{i+1} is
+    the final observation when the episode ended at i (gymnax ≥ 1.0 ``info["final_observation"]``):
+
+            δ_i = r_i + γ (1 - terminated_i) V(s'_{i+1}) - V(s_i)
+            Â_i = δ_i + γ λ (1 - done_i) Â_{i+1},        Â_T = 0
+            target_i = Â_i + V(s_i)
+
+    A true terminal contributes no bootstrap; a time-out bootstraps from the value of its final state,
+    never from the reset state (Pardo et al. 2018, "Time Limits in RL", arXiv 1712.00378); and the trace
+    is cut at every episode end, so nothing leaks across episodes inside the window. The targets equal
+    the λ-returns of :func:`lambda_returns` with discount γ(1 - terminated) and λ(1 - truncated).
+
+    Args:
+        rewards: ``[T, *batch]``.
+        values: ``[T, *batch]`` V(s_i).
+        next_values: ``[T, *batch]`` V(s'_{i+1}).
+        terminated: ``[T, *batch]`` bool (or 0/1).
+        truncated: ``[T, *batch]`` bool (or 0/1).
+        gamma: discount in [0, 1], scalar or ``[T, *batch]``.
+        lambda_: λ in [0, 1], scalar or ``[T, *batch]``.
+        method: "scan", "associative" or None.
+
+    Returns:
+        ``(advantages, value_targets)``, both ``[T, *batch]`` in the dtype of ``rewards``.
+    """
+    chex.assert_equal_shape([rewards, values, next_values, terminated, truncated])
+    chex.assert_type([rewards, values, next_values], float)
+    _check_lambda(lambda_)
+    if isinstance(gamma, (int, float)) and not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+    dtype = rewards.dtype
+    not_terminated = 1.0 - jnp.asarray(terminated, dtype)
+    not_done = 1.0 - jnp.asarray(jnp.logical_or(terminated, truncated), dtype)
+    gamma = _as_like(gamma, rewards)
+    lam = _as_like(lambda_, rewards)
+    delta = rewards + gamma * not_terminated * next_values - values
+    advantages = affine_reverse_recursion(
+            gamma * lam * not_done, delta, jnp.zeros_like(rewards[0]), method)
+    return advantages, advantages + values
+
+
+def episode_aware_lambda_returns(
+        rewards: Array,
+        next_values: Array,
+        terminated: Array,
+        truncated: Array,
+        gamma: Numeric,
+        lambda_: Numeric,
+        method: Method = None,
+) -> Array:
+    """λ-returns for auto-resetting environments (the value targets of :func:`gae`).
+
+            G_i = r_i + γ (1 - terminated_i) [(1 - λ'_i) V(s'_{i+1}) + λ'_i G_{i+1}],  λ'_i = λ (1 - truncated_i)
+
+    λ = 1 is the Monte-Carlo return that bootstraps only at time-outs and at the end of the window.
+    """
+    dtype = rewards.dtype
+    discount = _as_like(gamma, rewards) * (1.0 - jnp.asarray(terminated, dtype))
+    lam = _as_like(lambda_, rewards) * (1.0 - jnp.asarray(truncated, dtype))
+    return lambda_returns(rewards, discount, next_values, lam, method=method)
+
+
+def episode_aware_n_step_returns(
+        rewards: Array,
+        next_values: Array,
+        terminated: Array,
+        truncated: Array,
+        gamma: Numeric,
+        n: int,
+) -> Array:
+    """n-step returns for auto-resetting environments: the horizon stops at every episode end.
+
+    A termination contributes no bootstrap (discount 0); a time-out bootstraps from V(final
+    observation) (λ_i = 0 at truncations in :func:`n_step_bootstrapped_returns`).
+    """
+    dtype = rewards.dtype
+    discount = _as_like(gamma, rewards) * (1.0 - jnp.asarray(terminated, dtype))
+    lam = 1.0 - jnp.asarray(truncated, dtype)
+    return n_step_bootstrapped_returns(rewards, discount, next_values, n, lam)
+
+
+def vtrace(
+        v_tm1: Array,
+        v_t: Array,
+        r_t: Array,
+        discount_t: Array,
+        rho_tm1: Array,
+        lambda_: Numeric = 1.0,
+        clip_rho_threshold: float = 1.0,
+        stop_target_gradients: bool = True,
+        method: Method = None,
+) -> Array:
+    """V-trace errors v_s - V(x_s) (Espeholt et al. 2018, IMPALA, arXiv 1802.01561; rlax.vtrace).
+
+            c_i = λ_i min(1, ρ_i),   δ_i = min(ρ̄, ρ_i) (r_i + γ_i V(x_{i+1}) - V(x_i))
+            e_i = δ_i + γ_i c_i e_{i+1},   e_T = 0,    v_s = V(x_s) + e_s
+
+    Args:
+        v_tm1: ``[T, *batch]`` V(x_i).
+        v_t: ``[T, *batch]`` V(x_{i+1}).
+        r_t: ``[T, *batch]`` rewards.
+        discount_t: ``[T, *batch]`` discounts.
+        rho_tm1: ``[T, *batch]`` importance ratios π(a_i|x_i) / μ(a_i|x_i).
+        lambda_: scalar or ``[T, *batch]``.
+        clip_rho_threshold: ρ̄.
+        stop_target_gradients: stop gradients through the targets v_s (the rlax default).
+        method: "scan", "associative" or None.
+
+    Returns:
+        ``[T, *batch]`` errors v_s - V(x_s); add ``v_tm1`` for the targets.
+    """
+    chex.assert_equal_shape([v_tm1, v_t, r_t, discount_t, rho_tm1])
+    chex.assert_type([v_tm1, v_t, r_t, discount_t, rho_tm1], float)
+    _check_lambda(lambda_)
+    c_tm1 = jnp.minimum(1.0, rho_tm1) * _as_like(lambda_, rho_tm1)
+    td_errors = jnp.minimum(clip_rho_threshold, rho_tm1) * (r_t + discount_t * v_t - v_tm1)
+    errors = affine_reverse_recursion(discount_t * c_tm1, td_errors, jnp.zeros_like(r_t[0]), method)
+    if stop_target_gradients:
+        return jax.lax.stop_gradient(errors + v_tm1) - v_tm1
+    return errors
+
+
+__all__ = [
+        "METHODS",
+        "affine_reverse_recursion",
+        "default_method",
+        "discounted_returns",
+        "episode_aware_lambda_returns",
+        "episode_aware_n_step_returns",
+        "gae",
+        "lambda_returns",
+        "n_step_bootstrapped_returns",
+        "truncated_generalized_advantage_estimation",
+        "vtrace",
+]
