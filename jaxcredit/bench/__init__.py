@@ -1,0 +1,1 @@
+"""Benchmarks: ``estimators`` (multistep functions vs rlax) and ``train`` (the engine vs PureJaxRL)."""
