@@ -24,6 +24,11 @@ from jaxcredit.types import Trajectory
 
 METHODS = ["scan", "associative"]
 
+# Jitted entry points for the randomised comparisons: γ and λ are traced, so one compilation per
+# shape serves every λ (as in a hyper-parameter sweep) and the suite stays fast.
+gae_jit = jax.jit(E.gae, static_argnames=("method",))
+lambda_returns_jit = jax.jit(E.lambda_returns, static_argnames=("method", "stop_target_gradients"))
+
 
 # ---------------------------------------------------------------------------------------------
 # Float64 plain-loop references, one sequence at a time (written independently of the library).
@@ -270,7 +275,7 @@ def test_split_at_episode_end_equals_whole(end):
 # ---------------------------------------------------------------------------------------------
 
 
-SHAPES = [(1,), (2,), (17,), (33, 4), (20, 2, 3)]
+SHAPES = [(1,), (17,), (33, 4), (20, 2, 3)]
 LAMBDAS = [0.0, 0.5, 0.95, 1.0, "per_step"]
 
 
@@ -280,7 +285,7 @@ def test_gae_matches_float64_reference(shape, lam, method):
     r, v, nv, term, trunc = random_window(rng, shape, 0.1, 0.1)
     if lam == "per_step":
         lam = rng.uniform(size=shape).astype(np.float32)
-    adv, targets = E.gae(r, v, nv, term, trunc, 0.97, lam, method=method)
+    adv, targets = gae_jit(r, v, nv, term, trunc, 0.97, lam, method=method)
     ref_adv, ref_targets = ref_gae(r, v, nv, term, trunc, 0.97, lam)
     np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(targets, ref_targets, rtol=1e-5, atol=1e-5)
@@ -295,7 +300,7 @@ def test_lambda_returns_match_reference_and_rlax(lam, method):
     d = (0.95 * (rng.random((T, B)) > 0.1)).astype(np.float32)
     if lam == "per_step":
         lam = rng.uniform(size=(T, B)).astype(np.float32)
-    ours = E.lambda_returns(r, d, v, lam, method=method)
+    ours = lambda_returns_jit(r, d, v, lam, method=method)
     np.testing.assert_allclose(ours, ref_lambda_returns(r, d, v, lam), rtol=1e-5, atol=1e-5)
     lam_axis = 1 if np.ndim(lam) else None
     theirs = jax.vmap(rlax.lambda_returns, in_axes=(1, 1, 1, lam_axis), out_axes=1)(r, d, v, lam)
@@ -392,7 +397,7 @@ def test_scan_equals_associative_float32(T):
 
 @settings(max_examples=25, deadline=None)
 @given(
-    T=st.integers(1, 24),
+    T=st.sampled_from([1, 2, 5, 24]),
     lam=st.floats(0.0, 1.0),
     gamma=st.floats(0.0, 1.0),
     p_end=st.floats(0.0, 0.5),
@@ -403,7 +408,7 @@ def test_property_gae_reference_any_window(T, lam, gamma, p_end, seed):
     r, v, nv, term, trunc = random_window(rng, (T, 3), p_end, p_end)
     ref_adv, _ = ref_gae(r, v, nv, term, trunc, gamma, lam)
     for method in METHODS:
-        adv, _ = E.gae(r, v, nv, term, trunc, gamma, lam, method=method)
+        adv, _ = gae_jit(r, v, nv, term, trunc, gamma, lam, method=method)
         np.testing.assert_allclose(adv, ref_adv, rtol=2e-5, atol=2e-5)
 
 
