@@ -1,0 +1,143 @@
+"""One entry point for every environment: ``make(name, **kwargs) -> (env, env_params)``.
+
+Names are those of gymnax (``CartPole-v1``, ``Catch-bsuite``, ``Breakout-MinAtar`` ...) and of
+jaxcredit (``Shortcut``, ``DelayedEffect``, ``AmbiguousBandit``, ``KeyToDoor``,
+``TaskInterleaving``, ``TreeMDP``, ``GridWorld-v1/v2``, ``DelayedGridWorld-v1/v2``, ``BitFlip``).
+jaxcredit environments are imported lazily, by ``"module:Class"`` path.
+
+Keyword arguments are routed by name: those accepted by the environment's constructor fix its
+structure (e.g. ``n`` of Shortcut / DelayedEffect / BitFlip, ``version`` of GridWorld, shapes in
+general); every other one must be a field of the environment's params record and replaces its
+default (e.g. ``sigma``, ``epsilon``, ``slip_prob``, ``max_steps_in_episode``). Anything else is a
+``ValueError`` naming the valid keys.
+
+Delayed reward: the prefix ``"DelayedReward-<name>"`` wraps any registered environment (gymnax
+ones included) in :class:`~jaxcredit.envs.wrappers.DelayedReward`, e.g.
+``make("DelayedReward-Breakout-MinAtar")``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+from typing import Any
+
+import gymnax
+from gymnax import registration as gymnax_registration
+
+from jaxcredit.envs.wrappers import DelayedReward
+
+DELAYED_PREFIX = "DelayedReward-"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    target: str  # "package.module:Class"
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+
+_JAXCREDIT_ENVS: dict[str, _Entry] = {
+    "Shortcut": _Entry("jaxcredit.envs.hca_tasks:Shortcut"),
+    "DelayedEffect": _Entry("jaxcredit.envs.hca_tasks:DelayedEffect"),
+    "AmbiguousBandit": _Entry("jaxcredit.envs.hca_tasks:AmbiguousBandit"),
+    "KeyToDoor": _Entry("jaxcredit.envs.key_to_door:KeyToDoor"),
+    "TaskInterleaving": _Entry("jaxcredit.envs.task_interleaving:TaskInterleaving"),
+    "TreeMDP": _Entry("jaxcredit.envs.tree_mdp:TreeMDP"),
+    "GridWorld-v1": _Entry("jaxcredit.envs.grid:GridWorld", (("version", 1),)),
+    "GridWorld-v2": _Entry("jaxcredit.envs.grid:GridWorld", (("version", 2),)),
+    "DelayedGridWorld-v1": _Entry("jaxcredit.envs.grid:DelayedGridWorld", (("version", 1),)),
+    "DelayedGridWorld-v2": _Entry("jaxcredit.envs.grid:DelayedGridWorld", (("version", 2),)),
+    "BitFlip": _Entry("jaxcredit.envs.bitflip:BitFlip"),
+}
+
+
+def registered() -> list[str]:
+    """Every registered name: jaxcredit's first, then gymnax's (the ``DelayedReward-`` prefix
+    applies to all of them and is not listed)."""
+    return list(_JAXCREDIT_ENVS) + [n for n in gymnax.registered_envs if n not in _JAXCREDIT_ENVS]
+
+
+def _unknown(name: str) -> ValueError:
+    close = difflib.get_close_matches(name, registered(), n=5, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return ValueError(f"Unknown environment {name!r}.{hint} See jaxcredit.envs.registered().")
+
+
+def _load(target: str):
+    module_name, attr = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ValueError(f"Environment module {module_name} is not available: {error}") from None
+    return getattr(module, attr)
+
+
+def _constructor_keys(factory) -> set[str] | None:
+    """Keyword names the factory accepts; None when it takes **kwargs."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _split_kwargs(name: str, factory, kwargs: dict[str, Any]):
+    accepted = _constructor_keys(factory)
+    if accepted is None:
+        return dict(kwargs), {}
+    init = {k: v for k, v in kwargs.items() if k in accepted}
+    rest = {k: v for k, v in kwargs.items() if k not in accepted}
+    return init, rest
+
+
+def _apply_params(name: str, env, init_keys, rest: dict[str, Any]):
+    params = env.default_params
+    if not rest:
+        return params
+    fields = set(getattr(params, "__dataclass_fields__", {}))
+    bad = sorted(set(rest) - fields)
+    if bad:
+        valid = sorted(set(init_keys) | fields)
+        raise ValueError(f"{name}: unknown keyword(s) {bad}; valid keywords: {valid}.")
+    return params.replace(**rest)
+
+
+def make(name: str, **kwargs) -> tuple[Any, Any]:
+    """Creates an environment and its params by registered name.
+
+    Args:
+      name: a name from :func:`registered`, optionally prefixed with ``"DelayedReward-"``.
+      **kwargs: constructor arguments (structure) and params fields (everything else).
+
+    Returns:
+      ``(env, env_params)``.
+
+    Raises:
+      ValueError: unknown name (with close matches) or keyword.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"Environment name must be a string, got {type(name).__name__}.")
+    if name.startswith(DELAYED_PREFIX):
+        env, params = make(name[len(DELAYED_PREFIX):], **kwargs)
+        return DelayedReward(env), params
+    if name in _JAXCREDIT_ENVS:
+        entry = _JAXCREDIT_ENVS[name]
+        factory = _load(entry.target)
+        init, rest = _split_kwargs(name, factory, kwargs)
+        fixed = sorted(set(init) & set(dict(entry.defaults)))
+        if fixed:
+            raise ValueError(f"{name}: {fixed} is fixed by the name; pick another name instead.")
+        env = factory(**{**dict(entry.defaults), **init})
+        init_keys = _constructor_keys(factory) or set()
+        return env, _apply_params(name, env, init_keys, rest)
+    if name in gymnax.registered_envs:
+        factory = gymnax_registration._registry[name]
+        init, rest = _split_kwargs(name, factory, kwargs)
+        env, _ = gymnax.make(name, **init)
+        init_keys = _constructor_keys(factory) or set()
+        return env, _apply_params(name, env, init_keys, rest)
+    raise _unknown(name)
