@@ -190,7 +190,7 @@ def state_hca_future_credit(
 
     With :func:`all_pair_offsets` this is the exact double sum Σ_{k>t} over the window; with
     :func:`sampled_pair_offsets` an unbiased estimate of it. Pairs that cross an episode end are
-    invalid. Memory: one chunk of ``chunk × K × (hidden + A)`` floats at a time.
+    invalid. Memory: one chunk of ``chunk × K × (2·hidden + 3A)`` floats at a time.
 
     Args:
       model, params: the state hindsight model.
@@ -352,7 +352,7 @@ def hca_return(
     clip: Optional[float] = None,
     return_kind: str = "mc",
     model: Union[str, hm.ReturnHindsightModel] = "mlp",
-    hidden: tuple = (64, 64),
+    hidden: tuple = (64,),
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
     z_grid: Optional[Any] = None,
@@ -422,7 +422,7 @@ def c2a2c(
     mix: float = 1.0,
     return_kind: str = "mc",
     model: Union[str, hm.ReturnHindsightModel] = "mlp",
-    hidden: tuple = (64, 64),
+    hidden: tuple = (64,),
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
     z_grid: Optional[Any] = None,
@@ -503,8 +503,9 @@ def hca_state(
     chunk: int = 8,
     bootstrap: bool = True,
     mask_zero_reward_loss: bool = False,
+    condition_on_reward: bool = False,
     model: Union[str, hm.StateHindsightModel] = "mlp",
-    hidden: int = 64,
+    hidden: int = 128,
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
     seed: int = 0,
@@ -522,7 +523,8 @@ def hca_state(
     ``pairs="sampled"`` (K = ``num_pairs`` offsets per step, uniform over the rest of the window,
     importance-weighted: unbiased for the window sum). Rows t are processed ``chunk`` at a time and
     rematerialised in the backward pass, so the peak memory of the pairwise stage is about
-    4·N·chunk·K·(hidden + 2A) bytes for N environments (docs/hca.md gives numbers).
+    4·N·chunk·K·(2·hidden + 3A) bytes for N environments (:func:`hca_state_pair_memory_bytes`;
+    docs/hca.md compares it with XLA's measured allocation).
 
     Args:
       pairs: "all" (exact double sum over the window) or "sampled".
@@ -530,6 +532,10 @@ def hca_state(
       chunk: rows t per chunk.
       bootstrap: fold γ V(final obs) into the reward at window ends and time-outs.
       mask_zero_reward_loss: train h only on pairs whose later reward is non-zero (COCOA).
+      condition_on_reward: the MLP conditions on (s_k, r_k) instead of s_k. The identity still
+        holds, because r_k is then a function of the conditioning variable (R_k ⟂ A_t given
+        it), and it is what lets hindsight work when states are aliased (DelayedEffect's
+        observations): r_k then carries the evidence. A hybrid of HCA+ and COCOA-reward.
       model: "mlp", "tabular" (one-hot state observations; needs ``num_states``), or a
         StateHindsightModel.
       hidden: MLP width.
@@ -549,7 +555,8 @@ def hca_state(
         if isinstance(model, hm.StateHindsightModel):
             return model
         if model == "mlp":
-            return hm.state_mlp(_obs_ndim(trajectory), hidden, policy_modulated)
+            return hm.state_mlp(_obs_ndim(trajectory), hidden, policy_modulated,
+                                condition_on_reward)
         return hm.state_tabular(num_states, policy_modulated)
 
     def init(key, example: Trajectory):
@@ -586,7 +593,7 @@ def hca_state(
         pi, pi_a = _policy(tr)
         taken = jax.nn.one_hot(tr.action, pi.shape[-1], dtype=pi.dtype)
         immediate = (taken / pi_a[..., None] - 1.0) * r[..., None]
-        src, tgt = net.source(params, tr.obs), net.target(params, tr.obs)
+        src, tgt = net.source(params, tr.obs), net.target(params, tr.obs, tr.reward)
         offsets, scale = pair_plan(tr)
         future = jax.vmap(
             lambda s, g, lg, rr, ep, off, sc: state_hca_future_credit(
@@ -607,7 +614,7 @@ def hca_state(
         net = build(tr)
         gamma = hparams.gamma
         r = tilde_reward(tr, gamma)
-        src, tgt = net.source(params, tr.obs), net.target(params, tr.obs)
+        src, tgt = net.source(params, tr.obs), net.target(params, tr.obs, tr.reward)
         offsets, scale = pair_plan(tr)
         ce, w = jax.vmap(
             lambda s, g, lg, a, rr, ep, off, sc: state_hca_pair_loss(
@@ -619,3 +626,17 @@ def hca_state(
 
     return Estimator(name="hca_state", init=init, assign=assign, loss=loss,
                      all_action=True, learned=True)
+
+
+def hca_state_pair_memory_bytes(num_envs: int, num_steps: int, hidden: int, num_actions: int,
+                                chunk: int = 8, num_pairs: Optional[int] = None) -> int:
+    """Estimated peak bytes of hca_state's pairwise stage (float32), for sizing a run.
+
+    One chunk holds, per environment, ``chunk × K`` pairs with the gathered target features and
+    the hidden activations (2·hidden floats) and the logits, log h and ratio (3·A floats);
+    K = T − 1 for ``pairs="all"``, ``num_pairs`` for ``pairs="sampled"``. Chunks are processed
+    one at a time and rematerialised in the backward pass, so this is also the order of the
+    loss's peak. Everything else the estimator stores is O(N·T·(hidden + A)).
+    """
+    pairs = num_steps - 1 if num_pairs is None else num_pairs
+    return 4 * num_envs * min(chunk, num_steps) * pairs * (2 * hidden + 3 * num_actions)

@@ -65,7 +65,8 @@ class StateHindsightModel:
     Attributes:
       init: ``init(key, obs, num_actions) -> params``.
       source: ``source(params, obs [*b, *obs_shape]) -> [*b, ...]`` features of s_t.
-      target: ``target(params, obs) -> [*b, ...]`` features of s_k.
+      target: ``target(params, obs, reward) -> [*b, ...]`` features of s_k (``reward`` ``[*b]`` is
+        r_k; a model may ignore it).
       pair_logits: ``pair_logits(params, src, tgt, policy_logits) -> [*b, A]``; ``src``, ``tgt`` and
         ``policy_logits`` broadcast against each other over the leading dims.
     """
@@ -94,7 +95,7 @@ class _ReturnMLP(nn.Module):
 
 
 def return_mlp(
-    obs_ndim: int, hidden: Sequence[int] = (64, 64), policy_modulated: bool = True
+    obs_ndim: int, hidden: Sequence[int] = (64,), policy_modulated: bool = True
 ) -> ReturnHindsightModel:
     """An MLP hindsight model on [flatten(obs), Z_normalised].
 
@@ -165,7 +166,6 @@ class _PairHead(nn.Module):
     def setup(self):
         self.src = nn.Dense(self.hidden)
         self.tgt = nn.Dense(self.hidden, use_bias=False)
-        self.mid = nn.Dense(self.hidden)
         self.out = nn.Dense(self.num_actions, kernel_init=nn.initializers.zeros)
 
     def __call__(self, x_src: Array, x_tgt: Array) -> Array:  # only used by init
@@ -178,23 +178,33 @@ class _PairHead(nn.Module):
         return self.tgt(x)
 
     def head(self, u: Array, v: Array) -> Array:
-        z = nn.relu(u + v)
-        z = nn.relu(self.mid(z))
-        return self.out(z)
+        # One hidden layer on [s_t, s_k]: the per-pair cost is hidden·(A + 2) flops, the
+        # projections W_s s_t and W_k s_k are paid once per step.
+        return self.out(nn.relu(u + v))
 
 
-def state_mlp(obs_ndim: int, hidden: int = 64, policy_modulated: bool = True) -> StateHindsightModel:
+def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
+              reward_input: bool = False) -> StateHindsightModel:
     """An MLP h(a | s_t, s_k) whose first layer is factored into source and target projections.
 
-    f(s_t, s_k) = W_3 relu(W_2 relu(W_s s_t + W_k s_k + b) + b_2) + b_3. With ``policy_modulated``
-    the logits are stop_gradient(log π(·|s_t)) + f and W_3 starts at zero (h = π initially).
+    f(s_t, s_k) = W_o relu(W_s s_t + W_k s_k + b) + b_o, i.e. a one-hidden-layer MLP on the
+    concatenation [s_t, s_k]. With ``policy_modulated`` the logits are
+    stop_gradient(log π(·|s_t)) + f and W_o starts at zero (h = π initially).
+    With ``reward_input`` the target is (s_k, r_k): W_k [s_k, r_k] (see ``hca_state``).
     """
     hidden = int(hidden)
+
+    def target_input(obs, reward):
+        x = _flatten_obs(obs, obs_ndim)
+        if reward_input:
+            x = jnp.concatenate([x, reward[..., None].astype(jnp.float32)], -1)
+        return x
 
     def init(key, obs, num_actions):
         x = _flatten_obs(obs, obs_ndim)
         x = jnp.reshape(x, (-1, x.shape[-1]))[:1]
-        return _PairHead(num_actions, hidden).init(key, x, x)
+        y = jnp.concatenate([x, jnp.zeros((1, 1))], -1) if reward_input else x
+        return _PairHead(num_actions, hidden).init(key, x, y)
 
     def _module(params):
         num_actions = params["params"]["out"]["kernel"].shape[-1]
@@ -203,8 +213,8 @@ def state_mlp(obs_ndim: int, hidden: int = 64, policy_modulated: bool = True) ->
     def source(params, obs):
         return _module(params).apply(params, _flatten_obs(obs, obs_ndim), method=_PairHead.source)
 
-    def target(params, obs):
-        return _module(params).apply(params, _flatten_obs(obs, obs_ndim), method=_PairHead.target)
+    def target(params, obs, reward):
+        return _module(params).apply(params, target_input(obs, reward), method=_PairHead.target)
 
     def pair_logits(params, src, tgt, policy_logits):
         out = _module(params).apply(params, src, tgt, method=_PairHead.head)
@@ -226,10 +236,14 @@ def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHinds
         del params
         return jnp.argmax(obs, axis=-1)
 
+    def target(params, obs, reward):
+        del reward
+        return index(params, obs)
+
     def pair_logits(params, src, tgt, policy_logits):
         out = params["table"][src, tgt]
         if policy_modulated:
             out = out + jax.lax.stop_gradient(jax.nn.log_softmax(policy_logits))
         return out
 
-    return StateHindsightModel(init=init, source=index, target=index, pair_logits=pair_logits)
+    return StateHindsightModel(init=init, source=index, target=target, pair_logits=pair_logits)

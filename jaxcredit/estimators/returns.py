@@ -459,18 +459,3 @@ def vtrace(
     if stop_target_gradients:
         return jax.lax.stop_gradient(errors + v_tm1) - v_tm1
     return errors
-
-
-__all__ = [
-        "METHODS",
-        "affine_reverse_recursion",
-        "default_method",
-        "discounted_returns",
-        "episode_aware_lambda_returns",
-        "episode_aware_n_step_returns",
-        "gae",
-        "lambda_returns",
-        "n_step_bootstrapped_returns",
-        "truncated_generalized_advantage_estimation",
-        "vtrace",
-]
