@@ -10,6 +10,7 @@ from jaxcredit.agents.state import Batch, TrainState
 from jaxcredit.agents.train import Engine, make_engine, make_train
 
 __all__ = [
-    "ALGOS", "Batch", "Engine", "EnvRunner", "EpisodeSummary", "Hparams", "TrainConfig", "TrainState",
+    "ALGOS", "Batch", "Engine", "EnvRunner", "EpisodeSummary", "Hparams", "TrainConfig",
+    "TrainState",
     "Transitions", "make_engine", "make_train", "reset_runner", "rollout", "stack_hparams",
 ]

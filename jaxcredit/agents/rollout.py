@@ -1,0 +1,137 @@
+"""Acting: ``lax.scan`` over T steps of ``vmap``-ed auto-resetting gymnax environments.
+
+The scan body runs only the policy tower (sample a ~ π(· | s), step every environment). Values are
+not needed to act, so the engine evaluates the critic after the scan on the whole window at once,
+``V(s_t)`` on the observations and ``V(s'_{t+1})`` on the final observations: two batched calls
+instead of T small ones, and the same numbers because the parameters do not change while acting.
+
+gymnax ≥ 1.0 resets an episode inside ``env.step``; the returned observation is then the first one
+of the next episode and ``info["final_observation"]`` holds s'_{t+1}, the last state of the episode
+that ended. Recording it is what lets a time-out bootstrap from V(s'_{t+1}) (Pardo et al., 2018).
+
+Episode statistics are tracked here (a running return and length per environment, reduced to sums
+over the episodes that ended in the window), so any gymnax environment works without a wrapper.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+Array = jax.Array
+
+
+@struct.dataclass
+class EnvRunner:
+    """The acting side of the train state, one entry per environment (leading axis N).
+
+    Attributes:
+      env_state: gymnax environment state.
+      obs: ``[N, *obs_shape]`` current observation s_t.
+      episode_return: ``[N]`` undiscounted return of the running episode so far.
+      episode_length: ``[N]`` steps taken in the running episode.
+    """
+
+    env_state: Any
+    obs: Array
+    episode_return: Array
+    episode_length: Array
+
+
+@struct.dataclass
+class Transitions:
+    """What the actor records per step, all ``[T, N, ...]``; critic values are added later.
+
+    ``final_obs[t]`` is s'_{t+1}: the next observation, or the pre-reset one if the episode ended.
+    """
+
+    obs: Array
+    action: Array
+    reward: Array
+    terminated: Array
+    truncated: Array
+    log_prob: Array
+    logits: Array
+    final_obs: Array
+
+
+@struct.dataclass
+class EpisodeSummary:
+    """Sums over the episodes that ended inside one rollout window (scalars)."""
+
+    return_sum: Array
+    length_sum: Array
+    count: Array
+
+
+def reset_runner(env: Any, env_params: Any, key: Array, num_envs: int) -> EnvRunner:
+    """Resets ``num_envs`` environments with independent keys."""
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(key, num_envs), env_params)
+    return EnvRunner(
+        env_state=env_state, obs=obs,
+        episode_return=jnp.zeros((num_envs,), jnp.float32),
+        episode_length=jnp.zeros((num_envs,), jnp.int32),
+    )
+
+
+def rollout(
+    env: Any,
+    env_params: Any,
+    policy_logits: Callable[[Array], Array],
+    runner: EnvRunner,
+    key: Array,
+    num_steps: int,
+) -> tuple[EnvRunner, Transitions, EpisodeSummary]:
+    """Acts for ``num_steps`` steps in every environment.
+
+    Args:
+      env, env_params: a gymnax environment (six-value ``step``) and its parameters.
+      policy_logits: ``obs [N, *obs_shape] -> logits [N, A]`` of the behaviour policy.
+      runner: current environments.
+      key: PRNG key for actions and environment transitions.
+      num_steps: T.
+
+    Returns:
+      ``(runner, transitions [T, N], summary of the episodes that ended)``.
+    """
+    num_envs = runner.obs.shape[0]
+    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def one_step(runner: EnvRunner, step_key: Array):
+        act_key, env_key = jax.random.split(step_key)
+        logits = policy_logits(runner.obs)
+        action = jax.random.categorical(act_key, logits)
+        log_prob = jnp.take_along_axis(
+            jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+        next_obs, env_state, reward, terminated, truncated, info = step_env(
+            jax.random.split(env_key, num_envs), runner.env_state, action, env_params)
+        if "final_observation" not in info:
+            raise ValueError(
+                "the environment's step info has no 'final_observation'; the engine needs "
+                "gymnax >= 1.0 step semantics to bootstrap time-outs")
+        reward = reward.astype(jnp.float32)
+        done = jnp.logical_or(terminated, truncated)
+        episode_return = runner.episode_return + reward
+        episode_length = runner.episode_length + 1
+        record = Transitions(
+            obs=runner.obs, action=action, reward=reward,
+            terminated=terminated.astype(bool), truncated=truncated.astype(bool),
+            log_prob=log_prob, logits=logits, final_obs=info["final_observation"],
+        )
+        ended = (jnp.where(done, episode_return, 0.0).sum(),
+                 jnp.where(done, episode_length, 0).sum(), done.sum())
+        runner = EnvRunner(
+            env_state=env_state, obs=next_obs,
+            episode_return=jnp.where(done, 0.0, episode_return),
+            episode_length=jnp.where(done, 0, episode_length),
+        )
+        return runner, (record, ended)
+
+    runner, (transitions, ended) = jax.lax.scan(
+        one_step, runner, jax.random.split(key, num_steps))
+    return_sum, length_sum, count = jax.tree.map(jnp.sum, ended)
+    return runner, transitions, EpisodeSummary(return_sum, length_sum, count)

@@ -1,0 +1,95 @@
+"""Flax modules shared by the agents and by learned estimators.
+
+The actor-critic keeps two separate MLP towers (as PureJaxRL and CleanRL do for classic control):
+sharing a torso couples the value regression to the policy's features, which on small tasks
+mostly adds interference. Separate methods let the rollout run the policy tower alone and
+evaluate the critic afterwards on the whole ``[T, N]`` window in one batched call.
+
+Initialisation follows the PPO implementation-details convention (Huang et al., 2022,
+"The 37 implementation details of PPO"): orthogonal weights with gain √2 in hidden layers,
+0.01 for the policy head (near-uniform initial policy) and 1 for the value head; zero biases.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "tanh": jnp.tanh,
+    "relu": nn.relu,
+    "gelu": nn.gelu,
+    "silu": nn.silu,
+}
+
+
+def activation_fn(name: str) -> Callable[[jax.Array], jax.Array]:
+    """Looks up an activation by name; raises ValueError listing the known ones."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+class MLP(nn.Module):
+    """Flattens trailing observation dims, then Dense-activation layers and a linear head.
+
+    Attributes:
+      hidden_sizes: widths of the hidden layers.
+      out_size: width of the linear output layer.
+      activation: name in ``ACTIVATIONS``.
+      out_gain: orthogonal-init gain of the output layer.
+      obs_ndim: number of trailing observation dims to flatten (1 for vectors, 3 for MinAtar).
+    """
+
+    hidden_sizes: Sequence[int]
+    out_size: int
+    activation: str = "tanh"
+    out_gain: float = 1.0
+    obs_ndim: int = 1
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
+        act = activation_fn(self.activation)
+        for width in self.hidden_sizes:
+            x = nn.Dense(
+                width, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
+                bias_init=nn.initializers.zeros,
+            )(x)
+            x = act(x)
+        return nn.Dense(
+            self.out_size, kernel_init=nn.initializers.orthogonal(self.out_gain),
+            bias_init=nn.initializers.zeros,
+        )(x)
+
+
+class ActorCritic(nn.Module):
+    """Categorical policy logits and a state value from two separate MLP towers.
+
+    ``apply(params, obs)`` returns ``(logits [..., A], value [...])``; ``method=ActorCritic.policy``
+    and ``method=ActorCritic.value`` evaluate one tower only.
+    """
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    obs_ndim: int = 1
+
+    def setup(self):
+        self.actor = MLP(self.hidden_sizes, self.num_actions, self.activation, 0.01, self.obs_ndim)
+        self.critic = MLP(self.hidden_sizes, 1, self.activation, 1.0, self.obs_ndim)
+
+    def policy(self, obs: jax.Array) -> jax.Array:
+        """Logits of π(· | s)."""
+        return self.actor(obs)
+
+    def value(self, obs: jax.Array) -> jax.Array:
+        """V(s)."""
+        return self.critic(obs)[..., 0]
+
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return self.policy(obs), self.value(obs)

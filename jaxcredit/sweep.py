@@ -1,0 +1,205 @@
+"""Seed × hyper-parameter sweeps as one program, sharded over every device.
+
+A sweep is a *population* of P = H × S runs: H hyper-parameter settings (a grid or a random
+sample) times S seeds. Member ``p = h · S + s`` trains with setting ``h`` and seed key ``s``; the
+seed keys are shared across settings (common random numbers: settings are compared on the same
+environment and initialisation randomness).
+
+The population axis is the leading axis of every leaf of the keys, ``Hparams`` and ``TrainState``.
+``jax.vmap`` maps the engine over it and ``jax.sharding`` splits it over devices: a 1-D ``Mesh``
+named ``"sweep"`` and ``NamedSharding(mesh, P("sweep"))`` on inputs and outputs. Members never
+communicate, so no collectives are compiled; each device runs P / D members.
+
+P must be divisible by the number of devices D. ``pad=True`` instead pads the population with
+copies of its last member and drops their results (the copies cost compute, nothing else).
+
+Multi-host (not tested here): call ``jax.distributed.initialize()`` (arguments from the cluster
+environment: coordinator address, number of processes, process id) in every process *before* any
+other JAX call; ``jax.devices()`` then lists the devices of all hosts and the same mesh spans them.
+Every process runs the same program on the same population; each holds the shards of its local
+devices, and ``jax.experimental.multihost_utils.process_allgather`` gathers metrics on the host
+that writes them (see docs/engine.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxcredit.agents.config import FIELDS, Hparams, stack_hparams, validate_hparams
+
+AXIS = "sweep"
+
+
+def grid(**axes: Sequence[float]) -> list[dict]:
+    """Cartesian product of hyper-parameter values, last axis fastest.
+
+    >>> grid(lr=[1e-3, 3e-4], gamma=[0.99])
+    [{'lr': 0.001, 'gamma': 0.99}, {'lr': 0.0003, 'gamma': 0.99}]
+    """
+    _check_names(axes)
+    names = list(axes)
+    return [dict(zip(names, values)) for values in itertools.product(*axes.values())]
+
+
+def random_search(seed: int, num: int, **ranges: tuple) -> list[dict]:
+    """``num`` settings sampled independently per hyper-parameter.
+
+    Each range is ``(low, high)`` (uniform) or ``(low, high, "log")`` (log-uniform).
+    """
+    _check_names(ranges)
+    if num <= 0:
+        raise ValueError(f"random search size must be positive, got {num}")
+    rng = np.random.default_rng(seed)
+    columns = {}
+    for name, spec in ranges.items():
+        if len(spec) not in (2, 3) or (len(spec) == 3 and spec[2] not in ("log", "linear")):
+            raise ValueError(f"range for {name} must be (low, high) or (low, high, 'log'), "
+                             f"got {spec!r}")
+        low, high = float(spec[0]), float(spec[1])
+        if not low <= high or (len(spec) == 3 and spec[2] == "log" and low <= 0):
+            raise ValueError(f"bad range for {name}: {spec!r}")
+        if len(spec) == 3 and spec[2] == "log":
+            columns[name] = np.exp(rng.uniform(np.log(low), np.log(high), num))
+        else:
+            columns[name] = rng.uniform(low, high, num)
+    return [{k: float(v[i]) for k, v in columns.items()} for i in range(num)]
+
+
+def _check_names(names: Mapping) -> None:
+    unknown = set(names) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown hyper-parameter(s) {sorted(unknown)}; known: {list(FIELDS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Population:
+    """The members of a sweep, flattened to one leading axis of size P = H · S.
+
+    Attributes:
+      keys: ``[P]`` typed PRNG keys (seed key ``s`` for every member with seed index ``s``).
+      hparams: ``Hparams`` with ``[P]`` leaves.
+      hparam_index: ``[P]`` int, which setting each member uses.
+      seed_index: ``[P]`` int.
+      settings: the H settings as plain dicts (complete: defaults filled in).
+    """
+
+    keys: jax.Array
+    hparams: Hparams
+    hparam_index: np.ndarray
+    seed_index: np.ndarray
+    settings: tuple
+
+    @property
+    def size(self) -> int:
+        return len(self.hparam_index)
+
+
+def make_population(settings: Sequence[Mapping[str, float]], num_seeds: int, seed: int = 0
+                    ) -> Population:
+    """Builds the population of ``len(settings) × num_seeds`` members (see module docstring)."""
+    if num_seeds <= 0:
+        raise ValueError(f"num_seeds must be positive, got {num_seeds}")
+    if not settings:
+        raise ValueError("a sweep needs at least one hyper-parameter setting")
+    full = [Hparams.create(**s) for s in settings]
+    stacked = stack_hparams(full)
+    validate_hparams(stacked)
+    H = len(full)
+    hparam_index = np.repeat(np.arange(H), num_seeds)
+    seed_index = np.tile(np.arange(num_seeds), H)
+    seed_keys = jax.random.split(jax.random.key(seed), num_seeds)
+    return Population(
+        keys=seed_keys[seed_index],
+        hparams=jax.tree.map(lambda x: x[hparam_index], stacked),
+        hparam_index=hparam_index,
+        seed_index=seed_index,
+        settings=tuple(h.to_dict() for h in full),
+    )
+
+
+def sweep_mesh(devices: Sequence[Any] | None = None) -> Mesh:
+    """A 1-D mesh over ``devices`` (default: all devices of all processes)."""
+    devices = jax.devices() if devices is None else list(devices)
+    return Mesh(np.asarray(devices), (AXIS,))
+
+
+def member_sharding(mesh: Mesh) -> NamedSharding:
+    """Splits the leading (population) axis of every leaf over the mesh."""
+    return NamedSharding(mesh, P(AXIS))
+
+
+def check_divisible(size: int, mesh: Mesh) -> None:
+    """Raises ValueError unless the population splits evenly over the mesh's devices."""
+    devices = mesh.devices.size
+    if size % devices:
+        lower = size - size % devices
+        higher = lower + devices
+        raise ValueError(
+            f"sweep size {size} (settings × seeds) is not divisible by the {devices} devices; "
+            f"use {lower or devices} or {higher} members, or pad=True")
+
+
+def pad_leading(tree: Any, multiple: int) -> tuple[Any, int]:
+    """Pads every leaf's leading axis to a multiple by repeating its last entry."""
+    size = jax.tree.leaves(tree)[0].shape[0]
+    target = math.ceil(size / multiple) * multiple
+    if target == size:
+        return tree, size
+    index = np.minimum(np.arange(target), size - 1)
+    return jax.tree.map(lambda x: x[index], tree), size
+
+
+def shard(tree: Any, mesh: Mesh) -> Any:
+    """Places a population pytree on the mesh, split along its leading axis."""
+    check_divisible(jax.tree.leaves(tree)[0].shape[0], mesh)
+    return jax.device_put(tree, member_sharding(mesh))
+
+
+@functools.lru_cache(maxsize=32)
+def population_jit(fn: Callable, mesh: Mesh, num_args: int = 1, donate: bool = False):
+    """``jax.jit(jax.vmap(fn))`` with every argument and output split over ``mesh``.
+
+    Cached per (function, mesh), so repeated sweeps of one engine compile once per shape.
+    """
+    sharding = member_sharding(mesh)
+    return jax.jit(jax.vmap(fn), in_shardings=(sharding,) * num_args, out_shardings=sharding,
+                   donate_argnums=tuple(range(num_args)) if donate else ())
+
+
+def run_sweep(engine: Any, population: Population, mesh: Mesh | None = None,
+              pad: bool = False) -> tuple[Any, dict]:
+    """Trains every member in one sharded program: ``(final_states [P], metrics [P, U])``.
+
+    Args:
+      engine: an ``agents.Engine``.
+      population: from ``make_population``.
+      mesh: device mesh (default: all devices).
+      pad: pad the population to a multiple of the device count instead of raising.
+    """
+    mesh = sweep_mesh() if mesh is None else mesh
+    inputs = (population.keys, population.hparams)
+    size = population.size
+    if pad:
+        inputs, size = pad_leading(inputs, mesh.devices.size)
+    train = population_jit(engine.train, mesh, num_args=2)
+    states, metrics = train(*shard(inputs, mesh))
+    if pad:
+        states, metrics = jax.tree.map(lambda x: x[:size], (states, metrics))
+    return states, metrics
+
+
+def by_setting(metrics: Mapping[str, Any], population: Population) -> dict[str, np.ndarray]:
+    """Reshapes ``[P, U]`` metrics to ``[H, S, U]`` (setting, seed, update)."""
+    H = len(population.settings)
+    S = population.size // H
+    return {k: np.asarray(v).reshape((H, S) + np.shape(v)[1:]) for k, v in metrics.items()}
+

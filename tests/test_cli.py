@@ -1,0 +1,89 @@
+"""The ``jaxcredit`` command line: one-line errors with exit status 2, outputs of train / sweep /
+plot, resume through the CLI, and the console script in a subprocess."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jaxcredit import cli, runlog
+
+TINY = ["--algo", "a2c", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "448",
+        "--hidden-sizes", "16", "--num-chunks", "3", "--no-progress"]
+
+
+def run_cli(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    captured = capsys.readouterr()
+    return exit_.value.code, captured.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+    (["train", "--algo", "dqn"], "unknown algo 'dqn'"),
+    (["train", "--estimator", "magic"], "unknown estimator 'magic'"),
+    (["train", "--lambda", "1.5"], "lambda must lie in [0, 1]"),
+    (["train", "--gamma", "-0.1"], "gamma must lie in [0, 1]"),
+    (["train", "--lr", "0"], "lr must be positive"),
+    (["train", "--num-envs", "0"], "num_envs must be a positive integer"),
+    (["train", "--num-steps", "-3"], "num_steps must be a positive integer"),
+    (["train", "--num-envs", "6"], "not divisible by num_minibatches=4"),
+    (["train", "--num-envs", "x"], "Error parsing --num-envs"),
+    (["train", "--no-such-flag"], "Unrecognized options: --no-such-flag"),
+    (["train", "--total-timesteps", "1e2"], "less than one update"),
+    (["train", "--estimator-option", "n"], "KEY=VALUE"),
+    (["train", "--estimator", "nstep", "--estimator-option", "n=0"], "n must be a positive"),
+    (["sweep"], "a sweep needs --grid"),
+    (["sweep", "--grid", "lr=fast"], "values must be numbers"),
+    (["sweep", "--grid", "learning_rate=1"], "unknown hyper-parameter"),
+    (["plot", "/no/such/run"], "not a run directory"),
+    (["bench"], "usage: jaxcredit bench"),
+    (["fly"], "unknown command 'fly'"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(argv, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("jaxcredit: error: ") and message in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_train_sweep_plot_and_resume(tmp_path, capsys):
+    out = tmp_path / "x"
+    assert cli.main(["train", *TINY, "--num-seeds", "2", "--out", str(out),
+                     "--stop-after-chunks", "1"]) == 0
+    assert "stopped at update 3" in capsys.readouterr().out
+    assert cli.main(["train", "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert "finished, 2 runs" in capsys.readouterr().out
+    config = json.loads((out / "config.json").read_text())
+    assert config["config"]["num_envs"] == 4 and config["num_seeds"] == 2
+    assert (out / "curves.png").exists()
+    assert len(runlog.read_rows(out / "metrics.csv")) == 2 * 7
+    # Existing output without --resume / --force: refused, results untouched.
+    before = (out / "metrics.csv").read_bytes()
+    code, err = run_cli(["train", *TINY, "--out", str(out)], capsys)
+    assert code == 2 and "already exists" in err
+    assert (out / "metrics.csv").read_bytes() == before
+
+    grid = tmp_path / "grid"
+    assert cli.main(["sweep", *TINY, "--grid", "lr=1e-3,3e-3", "--lambda", "0.9",
+                     "--out", str(grid)]) == 0
+    config = json.loads((grid / "config.json").read_text())
+    assert config["swept"] == ["lr"]
+    assert [s["lr"] for s in config["settings"]] == pytest.approx([1e-3, 3e-3])
+    assert all(s["lambda_"] == pytest.approx(0.9) for s in config["settings"])
+    overlay = tmp_path / "overlay.png"
+    assert cli.main(["plot", str(out), str(grid), "--out", str(overlay)]) == 0
+    assert overlay.stat().st_size > 1000
+
+
+def test_console_script_error_has_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "jaxcredit.cli", "train", "--lambda", "2"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "jaxcredit: error: lambda must lie in [0, 1], got [2.0]"
+    assert "Traceback" not in proc.stderr

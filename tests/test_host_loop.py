@@ -1,0 +1,110 @@
+"""The host loop: chunks, run directory outputs, exact resume, same seed same result, and the
+refusals that protect earlier results."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from jaxcredit import runlog
+from jaxcredit.agents import TrainConfig
+from jaxcredit.agents.host_loop import RunSpec, chunk_lengths, run_experiment
+
+CONFIG = TrainConfig(algo="a2c", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7,
+                     hidden_sizes=(16,))
+SPEC = RunSpec(settings=({"lr": 1e-3}, {"lr": 3e-3}), num_seeds=2, seed=0, num_chunks=3,
+               swept=("lr",))
+
+
+def test_chunk_lengths():
+    assert chunk_lengths(7, 3) == [3, 3, 1]
+    assert chunk_lengths(6, 3) == [2, 2, 2]
+    assert chunk_lengths(2, 10) == [1, 1]
+    assert chunk_lengths(5, 1) == [5]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "full"
+    summary = run_experiment(CONFIG, SPEC, out, progress=False)
+    return out, summary
+
+
+def test_run_directory_outputs(full_run):
+    out, summary = full_run
+    assert summary["finished"] and summary["updates"] == 7 and summary["members"] == 4
+    config = json.loads((out / "config.json").read_text())
+    assert config["config"]["algo"] == "a2c" and config["config"]["update_epochs"] == 1
+    assert config["num_seeds"] == 2 and len(config["settings"]) == 2
+    assert config["settings"][1]["lr"] == pytest.approx(3e-3)
+    assert {"jax", "flax", "optax", "gymnax", "orbax-checkpoint"} <= set(config["versions"])
+    columns = runlog.read_metrics(out / "metrics.csv")
+    assert list(columns)[:4] == ["hparam_index", "seed", "update", "env_steps"]
+    assert {"episode_return", "loss", "entropy", "explained_variance"} <= set(columns)
+    assert len(columns["update"]) == 4 * 7
+    np.testing.assert_array_equal(np.unique(columns["update"]), np.arange(1, 8))
+    np.testing.assert_array_equal(columns["env_steps"], columns["update"] * 64)
+    assert (out / "curves.png").stat().st_size > 1000
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.isdigit()) \
+        == ["6", "7"]
+
+
+def test_resume_reproduces_uninterrupted_run_bitwise(full_run, tmp_path):
+    out, _ = full_run
+    part = tmp_path / "part"
+    first = run_experiment(CONFIG, SPEC, part, progress=False, max_chunks=1, plot=False)
+    assert not first["finished"] and first["updates"] == 3
+    # A run killed after writing metrics but before its checkpoint leaves extra rows behind.
+    with (part / "metrics.csv").open("a") as f:
+        f.write("0,0,4,256" + ",0.5" * (len(runlog.read_rows(part / "metrics.csv")[0]) - 4) + "\n")
+    second = run_experiment(None, None, part, resume=True, progress=False, max_chunks=1,
+                            plot=False)
+    assert second["updates"] == 6
+    third = run_experiment(None, None, part, resume=True, progress=False)
+    assert third["finished"]
+    assert (part / "metrics.csv").read_bytes() == (out / "metrics.csv").read_bytes()
+
+
+def test_same_seed_same_result_other_seed_differs(full_run, tmp_path):
+    out, _ = full_run
+    again = run_experiment(CONFIG, SPEC, tmp_path / "again", progress=False, plot=False)
+    assert again["finished"]
+    assert (tmp_path / "again" / "metrics.csv").read_bytes() == (out / "metrics.csv").read_bytes()
+    other = RunSpec(**{**SPEC.__dict__, "seed": 1})
+    run_experiment(CONFIG, other, tmp_path / "other", progress=False, plot=False)
+    a = runlog.read_metrics(out / "metrics.csv")["loss"]
+    b = runlog.read_metrics(tmp_path / "other" / "metrics.csv")["loss"]
+    assert not np.array_equal(a, b)
+
+
+def test_existing_output_is_never_deleted(full_run, tmp_path):
+    out, _ = full_run
+    before = (out / "metrics.csv").read_bytes()
+    with pytest.raises(ValueError, match="already exists; pass --resume"):
+        run_experiment(CONFIG, SPEC, out, progress=False)
+    assert (out / "metrics.csv").read_bytes() == before
+    # Bad input fails before the directory is touched.
+    with pytest.raises(ValueError, match="lambda must lie"):
+        run_experiment(CONFIG, RunSpec(settings=({"lambda_": 3.0},)), out, force=True)
+    assert (out / "metrics.csv").read_bytes() == before
+    # --force moves the old run aside.
+    target = tmp_path / "forced"
+    target.mkdir()
+    (target / "keep.txt").write_text("earlier result")
+    run_experiment(CONFIG, SPEC, target, force=True, progress=False, plot=False)
+    moved = [p for p in tmp_path.iterdir() if p.name.startswith("forced.old-")]
+    assert len(moved) == 1 and (moved[0] / "keep.txt").read_text() == "earlier result"
+    assert (target / "metrics.csv").exists()
+
+
+def test_unreadable_checkpoint_is_a_clear_error(tmp_path):
+    part = tmp_path / "broken"
+    run_experiment(CONFIG, SPEC, part, progress=False, max_chunks=1, plot=False)
+    for path in pathlib.Path(part / "checkpoints").rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="cannot read checkpoint"):
+        run_experiment(None, None, part, resume=True, progress=False)
+    with pytest.raises(ValueError, match="cannot resume"):
+        run_experiment(None, None, tmp_path / "nothing", resume=True, progress=False)
