@@ -27,7 +27,8 @@ State-conditioned hindsight (HCA Theorem 1, time-independent form). With the dis
 occupancy d_γ(y|s,a) = (1 − γ) Σ_{k≥1} γ^{k−1} P(S_k = y | s, a) and h_γ(a|s,y) = π(a|s)
 d_γ(y|s,a) / d_γ(y|s),
 
-    A^π(s_t,a) = E[(1[a = a_t]/π(a_t|s_t) − 1) r_t + Σ_{k>t} γ^{k−t} (h_γ(a|s_t,s_k)/π(a|s_t) − 1) r_k]
+    A^π(s_t,a) = E[(1[a = a_t]/π(a_t|s_t) − 1) r_t
+                   + Σ_{k>t} γ^{k−t} (h_γ(a|s_t,s_k)/π(a|s_t) − 1) r_k]
 
 exactly (the sum over k stops at the episode end). The immediate reward uses the action taken
 (no reward model), as in COCOA's implementation of HCA+.
@@ -132,7 +133,7 @@ def episode_index(done: Array) -> Array:
 
 
 def all_pair_offsets(num_steps: int) -> tuple[Array, Array]:
-    """Every future offset d = 1..T−1 for every step: ``(offsets [T, K], scale [T, K])``, K = T−1."""
+    """Every future offset d = 1..T−1 for every step: ``(offsets, scale)``, both ``[T, T−1]``."""
     k = max(num_steps - 1, 1)
     offsets = jnp.broadcast_to(jnp.arange(1, k + 1, dtype=jnp.int32), (num_steps, k))
     return offsets, jnp.ones((num_steps, k), jnp.float32)
@@ -270,7 +271,8 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
 
 
 def _check_unit(name: str, value: float, low_open: bool = True) -> None:
-    if not isinstance(value, (int, float)) or not (0.0 < value <= 1.0 if low_open else 0.0 <= value <= 1.0):
+    inside = (0.0 < value <= 1.0) if low_open else (0.0 <= value <= 1.0)
+    if not isinstance(value, (int, float)) or not inside:
         raise ValueError(f"{name} must lie in {'(0, 1]' if low_open else '[0, 1]'}, got {value!r}")
 
 
