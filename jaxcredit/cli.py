@@ -17,6 +17,10 @@ exits with status 2 and one line on stderr, before anything is written
 
 from __future__ import annotations
 
+from jaxcredit.xla_flags import configure_cpu_flags
+
+configure_cpu_flags()  # before anything imports jax
+
 import contextlib
 import dataclasses
 import importlib

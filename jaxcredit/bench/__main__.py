@@ -3,6 +3,10 @@
 import importlib
 import sys
 
+from jaxcredit.xla_flags import configure_cpu_flags
+
+configure_cpu_flags()  # before anything imports jax
+
 BENCHMARKS = {"estimators": "jaxcredit.bench.estimators", "train": "jaxcredit.bench.train"}
 
 
