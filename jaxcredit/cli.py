@@ -17,9 +17,11 @@ exits with status 2 and one line on stderr, before anything is written
 
 from __future__ import annotations
 
+import sys
+
 from jaxcredit.xla_flags import configure_cpu_flags
 
-configure_cpu_flags()  # before anything imports jax
+configure_cpu_flags()  # before anything imports jax (see jaxcredit.xla_flags)
 
 import contextlib
 import dataclasses
@@ -27,7 +29,6 @@ import importlib
 import io
 import os
 import pathlib
-import sys
 import time
 from typing import Annotated, Callable, Optional, Sequence
 

@@ -1,12 +1,18 @@
 """XLA:CPU flags that keep large vmapped programs from deadlocking on small machines.
 
-On 2-core machines, vmapped training programs (tens of seeds in one program) were seen to freeze
-inside ``block_until_ready`` with every XLA:CPU thread parked in a futex wait and no progress.
-Turning off XLA:CPU's concurrency-optimised scheduler and multi-threaded Eigen cured it in every
-run we made (``multi_thread_eigen`` alone did not). The flags only concern the CPU backend, so they
-are harmless on accelerators. They must be set before jax is imported.
+On 2-core machines, vmapped training programs (tens of seeds in one program) were seen to
+freeze inside ``block_until_ready`` with every XLA:CPU thread parked in a futex wait and no
+progress. Turning off XLA:CPU's concurrency-optimised scheduler (and multi-threaded Eigen) made it
+rare (``multi_thread_eigen`` alone did not help), though one 16-seed program still hung with them
+under heavy load, so they are a mitigation, not a proven cure.
 
-``JAXCREDIT_KEEP_XLA_DEFAULTS=1`` leaves ``XLA_FLAGS`` untouched; flags the user already set win.
+The mitigation has a price. Without the concurrency-optimised scheduler the PPO engine ran at
+0.59-0.60x PureJaxRL's speed on CartPole-v1 (4 envs) instead of 1.05-1.07x (``jaxcredit bench
+train``, same process, 2-core CPU; PureJaxRL itself was unaffected). We still turn the flags on by
+default on every jaxcredit command and in the test suite, because with XLA's defaults a 16-seed
+vmapped PPO program also hung (in ``jaxcredit bench train``) and a hang loses work.
+``JAXCREDIT_SAFE_XLA_CPU=0`` keeps XLA's defaults (faster, at that risk); flags already in
+``XLA_FLAGS`` win. They only concern the CPU backend and must be set before jax starts.
 """
 
 from __future__ import annotations
@@ -18,15 +24,20 @@ CPU_SAFE_FLAGS = {
     "--xla_cpu_enable_concurrency_optimized_scheduler": "false",
     "--xla_cpu_multi_thread_eigen": "false",
 }
+ENV_SWITCH = "JAXCREDIT_SAFE_XLA_CPU"
 
 
-def configure_cpu_flags() -> bool:
+def configure_cpu_flags(default: bool = True) -> bool:
     """Adds :data:`CPU_SAFE_FLAGS` to ``XLA_FLAGS`` unless set already; True if anything changed.
 
-    A no-op once jax has initialised a backend in this process (too late to take effect), or when
-    ``JAXCREDIT_KEEP_XLA_DEFAULTS`` is set.
+    Args:
+      default: whether to add them when ``JAXCREDIT_SAFE_XLA_CPU`` is not set.
+
+    A no-op once jax has started a backend in this process (too late to take effect).
     """
-    if os.environ.get("JAXCREDIT_KEEP_XLA_DEFAULTS"):
+    switch = os.environ.get(ENV_SWITCH)
+    wanted = default if switch is None else switch.strip().lower() not in ("0", "false", "no", "")
+    if not wanted:
         return False
     if "jax" in sys.modules:
         from jax._src import xla_bridge  # noqa: PLC0415 (only consulted when jax is loaded)

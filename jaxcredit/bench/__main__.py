@@ -5,7 +5,7 @@ import sys
 
 from jaxcredit.xla_flags import configure_cpu_flags
 
-configure_cpu_flags()  # before anything imports jax
+configure_cpu_flags()  # before anything imports jax (see jaxcredit.xla_flags)
 
 BENCHMARKS = {"estimators": "jaxcredit.bench.estimators", "train": "jaxcredit.bench.train"}
 
