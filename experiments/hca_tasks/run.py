@@ -39,8 +39,9 @@ import time
 # scheduler as well did (every program of the sweep then runs in seconds). Set before jax is
 # imported; an XLA_FLAGS already in the environment wins.
 if "--keep-xla-defaults" not in sys.argv:
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=false "
-                                       "--xla_cpu_multi_thread_eigen=false")
+    from jaxcredit.xla_flags import configure_cpu_flags
+
+    configure_cpu_flags()
 
 import jax
 import jax.numpy as jnp

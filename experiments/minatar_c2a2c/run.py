@@ -53,8 +53,9 @@ import time
 # See experiments/hca_tasks/run.py: the default XLA:CPU scheduler deadlocked vmapped programs on a
 # 2-core machine. Set before jax is imported; an XLA_FLAGS already in the environment wins.
 if "--keep-xla-defaults" not in sys.argv:
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=false "
-                                       "--xla_cpu_multi_thread_eigen=false")
+    from jaxcredit.xla_flags import configure_cpu_flags
+
+    configure_cpu_flags()
 
 import jax
 import jax.numpy as jnp
