@@ -87,3 +87,11 @@ def test_console_script_error_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "jaxcredit: error: lambda must lie in [0, 1], got [2.0]"
     assert "Traceback" not in proc.stderr
+
+
+def test_bench_train_rejects_unknown_estimator(capsys):
+    from jaxcredit.bench import train as bench_train
+
+    assert bench_train.main(["--quick", "--estimators", "hca_retrun"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown estimator(s) hca_retrun" in err and "hca_return" in err

@@ -103,8 +103,10 @@ class Case:
                 "run_s_all": [round(t, 3) for t in self.times], "env_steps_per_call": self.steps}
 
 
-def engine_case(label: str, num_envs: int, total_timesteps: int, seeds: int = 1) -> Case:
-    config = TrainConfig(num_envs=num_envs, total_timesteps=total_timesteps).resolved()
+def engine_case(label: str, num_envs: int, total_timesteps: int, seeds: int = 1,
+                **config_fields: Any) -> Case:
+    config = TrainConfig(num_envs=num_envs, total_timesteps=total_timesteps,
+                         **config_fields).resolved()
     train = make_train(config)
     hparams = Hparams.create()
     steps = config.num_updates * config.steps_per_update * seeds
@@ -152,9 +154,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="env steps per seed in the vmapped-seeds case")
     parser.add_argument("--compare-all", action="store_true",
                         help="also time PureJaxRL in the many-envs and many-seeds cases")
+    parser.add_argument("--estimators", default=None,
+                        help="also race A2C with each of these estimators (comma-separated, e.g. "
+                             "hca_return,c2a2c) against A2C+GAE at the same size and print each "
+                             "one's time per env step relative to GAE's")
+    parser.add_argument("--estimator-env", default="CartPole-v1",
+                        help="environment of the --estimators race")
     parser.add_argument("--json", default=None, help="write all results to this JSON file")
     args = parser.parse_args(argv)
     repeats = 2 if args.quick else args.repeats
+    estimator_names = []
+    if args.estimators:
+        from jaxcredit.estimators import registered  # noqa: PLC0415
+
+        estimator_names = ["gae"] + [n for n in args.estimators.split(",") if n and n != "gae"]
+        unknown = [n for n in estimator_names if n not in registered()]
+        if unknown:
+            print(f"jaxcredit bench train: unknown estimator(s) {', '.join(unknown)}; known: "
+                  f"{', '.join(registered())}", file=sys.stderr)
+            return 2
     print(f"backend={jax.default_backend()} devices={len(jax.devices())} jax={jax.__version__}",
           flush=True)
 
@@ -210,6 +228,18 @@ def main(argv: list[str] | None = None) -> int:
             cases.append(purejaxrl_case(f"purejaxrl_ppo_cartpole_{args.seeds}seeds", ppo, base,
                                         total_timesteps=args.seeds_timesteps, seeds=args.seeds))
         race(cases)
+
+    if estimator_names:
+        # Learned estimators' cost: A2C at one size (256 envs × 16 steps, 50 updates), same process,
+        # alternating calls; the ratio is time per env step relative to A2C+GAE.
+        cases = [engine_case(f"jaxcredit_a2c_{name}", 256, 256 * 16 * 50, algo="a2c",
+                             estimator=name, num_steps=16, env=args.estimator_env)
+                 for name in estimator_names]
+        race(cases)
+        gae_sps = results[-len(cases)]["sps"]
+        for result in results[-len(cases):]:
+            result["time_per_step_vs_gae"] = round(gae_sps / result["sps"], 3)
+            print(f"{result['label']} time_per_step_vs_gae={result['time_per_step_vs_gae']:.2f}")
 
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
