@@ -6,12 +6,12 @@ progress. Turning off XLA:CPU's concurrency-optimised scheduler (and multi-threa
 rare (``multi_thread_eigen`` alone did not help), though one 16-seed program still hung with them
 under heavy load, so they are a mitigation, not a proven cure.
 
-The mitigation has a price. Without the concurrency-optimised scheduler the PPO engine ran at
-0.59-0.60x PureJaxRL's speed on CartPole-v1 (4 envs) instead of 1.05-1.07x (``jaxcredit bench
-train``, same process, 2-core CPU; PureJaxRL itself was unaffected). We still turn the flags on by
-default on every jaxcredit command and in the test suite, because with XLA's defaults a 16-seed
-vmapped PPO program also hung (in ``jaxcredit bench train``) and a hang loses work.
-``JAXCREDIT_SAFE_XLA_CPU=0`` keeps XLA's defaults (faster, at that risk); flags already in
+The mitigation has a price. With the flags the PPO engine ran at 0.94x PureJaxRL's speed on
+CartPole-v1 (4 envs) instead of 1.05-1.07x on a quiet 2-core machine, and at 0.60-0.65x when other
+jobs loaded the cores (``jaxcredit bench train``, same process; PureJaxRL was unaffected). We still
+turn them on by default on every jaxcredit command and in the test suite, because with XLA's
+defaults a 16-seed vmapped PPO program also hung (in ``jaxcredit bench train``) and a hang loses
+work. ``JAXCREDIT_SAFE_XLA_CPU=0`` keeps XLA's defaults (faster, at that risk); flags already in
 ``XLA_FLAGS`` win. They only concern the CPU backend and must be set before jax starts.
 """
 
