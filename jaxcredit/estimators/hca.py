@@ -36,6 +36,7 @@ exactly (the sum over k stops at the episode end). The immediate reward uses the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Optional, Union
 
@@ -343,6 +344,41 @@ def _return_model_loss(model, params, trajectory, z):
     return ce.mean()
 
 
+@dataclasses.dataclass(frozen=True)
+class _ReturnHindsight:
+    """What ``hca_return`` and ``c2a2c`` share: the return-conditioned model h_φ(a|s, Z), its
+    ``init`` and cross-entropy ``loss``, and the mixed hindsight h_λ at the actions taken."""
+
+    model: Any
+    hidden: tuple
+    policy_modulated: bool
+    num_states: Optional[int]
+    z_grid: Optional[Any]
+    return_kind: str
+    mix: float
+
+    def build(self, trajectory: Trajectory):
+        return _return_model(self.model, self.hidden, self.policy_modulated, self.num_states,
+                             self.z_grid, _obs_ndim(trajectory))
+
+    def init(self, key, example: Trajectory):
+        return self.build(example).init(key, example.obs, _num_actions(example))
+
+    def hindsight(self, params, trajectory: Trajectory, hparams):
+        """(Z, π, π(a_t), h_λ, h_λ(a_t)) for every step of the window."""
+        z = _conditioning_return(trajectory, hparams, self.return_kind)
+        h = jnp.exp(_return_hindsight(self.build(trajectory), params, trajectory, z))
+        pi, pi_a = _policy(trajectory)
+        h = mixed_hindsight(h, pi, self.mix)
+        h_a = jnp.take_along_axis(h, trajectory.action[..., None], axis=-1)[..., 0]
+        return z, pi, pi_a, h, h_a
+
+    def loss(self, params, trajectory: Trajectory, hparams):
+        z = _conditioning_return(trajectory, hparams, self.return_kind)
+        value = _return_model_loss(self.build(trajectory), params, trajectory, z)
+        return value, {"hindsight_loss": value}
+
+
 # ----------------------------------------------------------------------------------------------
 # Estimators
 # ----------------------------------------------------------------------------------------------
@@ -383,20 +419,10 @@ def hca_return(
     if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
         raise ValueError(f"clip must be a positive number or None, got {clip!r}")
     _check_return_model(model, num_states, z_grid)
-
-    def build(trajectory):
-        return _return_model(model, hidden, policy_modulated, num_states, z_grid,
-                             _obs_ndim(trajectory))
-
-    def init(key, example: Trajectory):
-        return build(example).init(key, example.obs, _num_actions(example))
+    parts = _ReturnHindsight(model, hidden, policy_modulated, num_states, z_grid, return_kind, mix)
 
     def assign(params, trajectory: Trajectory, hparams) -> Credit:
-        z = _conditioning_return(trajectory, hparams, return_kind)
-        h = jnp.exp(_return_hindsight(build(trajectory), params, trajectory, z))
-        pi, pi_a = _policy(trajectory)
-        h = mixed_hindsight(h, pi, mix)
-        h_a = jnp.take_along_axis(h, trajectory.action[..., None], axis=-1)[..., 0]
+        z, pi, pi_a, h, h_a = parts.hindsight(params, trajectory, hparams)
         if form == "sampled":
             advantage = return_hca_sampled(pi_a, h_a, z, clip)
         else:
@@ -409,12 +435,7 @@ def hca_return(
                          "advantage_std": advantage.std()},
         )
 
-    def loss(params, trajectory: Trajectory, hparams):
-        z = _conditioning_return(trajectory, hparams, return_kind)
-        value = _return_model_loss(build(trajectory), params, trajectory, z)
-        return value, {"hindsight_loss": value}
-
-    return Estimator(name="hca_return", init=init, assign=assign, loss=loss,
+    return Estimator(name="hca_return", init=parts.init, assign=assign, loss=parts.loss,
                      all_action=form == "all_action", learned=True)
 
 
@@ -453,20 +474,10 @@ def c2a2c(
     _check_choice("return_kind", return_kind, RETURN_KINDS)
     _check_unit("mix", mix)
     _check_return_model(model, num_states, z_grid)
-
-    def build(trajectory):
-        return _return_model(model, hidden, policy_modulated, num_states, z_grid,
-                             _obs_ndim(trajectory))
-
-    def init(key, example: Trajectory):
-        return build(example).init(key, example.obs, _num_actions(example))
+    parts = _ReturnHindsight(model, hidden, policy_modulated, num_states, z_grid, return_kind, mix)
 
     def assign(params, trajectory: Trajectory, hparams) -> Credit:
-        z = _conditioning_return(trajectory, hparams, return_kind)
-        h = jnp.exp(_return_hindsight(build(trajectory), params, trajectory, z))
-        pi, pi_a = _policy(trajectory)
-        h = mixed_hindsight(h, pi, mix)
-        h_a = jnp.take_along_axis(h, trajectory.action[..., None], axis=-1)[..., 0]
+        _, _, pi_a, _, h_a = parts.hindsight(params, trajectory, hparams)
         c = credit_ratio(pi_a, h_a)
         m = credit_gate(c, threshold, gate)
         advantage, targets = returns.gae(
@@ -479,12 +490,7 @@ def c2a2c(
                          "credit_ratio_mean": c.mean()},
         )
 
-    def loss(params, trajectory: Trajectory, hparams):
-        z = _conditioning_return(trajectory, hparams, return_kind)
-        value = _return_model_loss(build(trajectory), params, trajectory, z)
-        return value, {"hindsight_loss": value}
-
-    return Estimator(name="c2a2c", init=init, assign=assign, loss=loss,
+    return Estimator(name="c2a2c", init=parts.init, assign=assign, loss=parts.loss,
                      all_action=False, learned=True)
 
 
