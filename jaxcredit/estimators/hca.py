@@ -210,16 +210,26 @@ def state_hca_future_credit(
     num_steps = reward.shape[0]
 
     def rows_fn(t, t_valid, offs, scl):
-        k = t[:, None] + offs
-        valid = (k < num_steps) & (episode[jnp.minimum(k, num_steps - 1)] == episode[t][:, None])
-        k = jnp.minimum(k, num_steps - 1)
-        logits = model.pair_logits(params, src[t][:, None], tgt[k], policy_logits[t][:, None])
-        log_h = jax.nn.log_softmax(logits)
+        k, valid, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits, episode,
+                                              t, offs)
         log_pi = jax.nn.log_softmax(policy_logits[t])[:, None]
         weight = valid * t_valid[:, None] * scl * gamma ** offs.astype(reward.dtype) * reward[k]
         return jnp.einsum("ck,cka->ca", weight, jnp.exp(log_h - log_pi) - 1.0)
 
     return _chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
+
+
+def _pair_log_hindsight(model, params, src, tgt, policy_logits, episode, t, offs):
+    """For rows t and offsets k − t: (k clipped to the window, valid pair mask, log h(·|s_t, s_k)).
+
+    A pair is valid when s_k lies inside the window and in the same episode as s_t.
+    """
+    num_steps = episode.shape[0]
+    k = t[:, None] + offs
+    valid = (k < num_steps) & (episode[jnp.minimum(k, num_steps - 1)] == episode[t][:, None])
+    k = jnp.minimum(k, num_steps - 1)
+    logits = model.pair_logits(params, src[t][:, None], tgt[k], policy_logits[t][:, None])
+    return k, valid, jax.nn.log_softmax(logits)
 
 
 def state_hca_pair_loss(
@@ -246,11 +256,8 @@ def state_hca_pair_loss(
     num_steps = reward.shape[0]
 
     def rows_fn(t, t_valid, offs, scl):
-        k = t[:, None] + offs
-        valid = (k < num_steps) & (episode[jnp.minimum(k, num_steps - 1)] == episode[t][:, None])
-        k = jnp.minimum(k, num_steps - 1)
-        logits = model.pair_logits(params, src[t][:, None], tgt[k], policy_logits[t][:, None])
-        log_h = jax.nn.log_softmax(logits)
+        k, valid, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits, episode,
+                                              t, offs)
         ce = -jnp.take_along_axis(log_h, action[t][:, None, None], axis=-1)[..., 0]
         weight = valid * t_valid[:, None] * scl * gamma ** (offs - 1).astype(reward.dtype)
         if mask_zero_reward:
