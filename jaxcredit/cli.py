@@ -1,18 +1,22 @@
 """The ``jaxcredit`` command line.
 
-    jaxcredit train --algo ppo --estimator gae --env CartPole-v1 --num-envs 2048 \\
-        --num-seeds 16 --total-timesteps 5e6 --out runs/x
+    jaxcredit train --algo ppo --env CartPole-v1 --num-envs 2048 --num-seeds 16 \\
+        --total-timesteps 5e6 --out runs/x
     jaxcredit train --out runs/x --resume
+    jaxcredit train --algo a2c --estimator hca_return --estimator-option model=oracle \\
+        --env DelayedEffect --env-option n=10 --gamma 1 --out runs/h
     jaxcredit sweep --grid lr=1e-3,3e-4 lambda=0.9,0.95 --num-seeds 8 --out runs/grid
     jaxcredit sweep --random lr=1e-5:1e-2:log ent-coef=0:0.05 --num-samples 16 --out runs/rs
-    jaxcredit plot runs/x runs/y [--metric episode_return] [--out overlay.png]
-    jaxcredit run                  # the default demo run, then the quick estimator benchmark
+    jaxcredit plot runs/x runs/grid [--metric eval/return] [--out overlay.png]
+    jaxcredit list envs|estimators|objectives|relabellers|redistributors|algos
+    jaxcredit run                  # the credit-assignment showcase (a few minutes on 2 cores)
     jaxcredit bench train|estimators [...]
     jaxcredit diagnose [...]
 
-Every ``TrainConfig`` field and every ``Hparams`` field is a flag (``--lambda`` for λ). Bad input
-exits with status 2 and one line on stderr, before anything is written
-(set ``JAXCREDIT_TRACEBACK=1`` to see the full traceback instead).
+The flags of ``train`` and ``sweep`` are generated from ``TrainConfig`` and ``Hparams`` (every
+field is a flag with its docstring as help; ``--lambda`` for λ), plus the run options below. Bad
+input exits with status 2 and one line on stderr, before anything is written (set
+``JAXCREDIT_TRACEBACK=1`` to see the full traceback instead).
 """
 
 from __future__ import annotations
@@ -23,18 +27,23 @@ from jaxcredit.xla_flags import configure_cpu_flags
 
 configure_cpu_flags()  # before anything imports jax (see jaxcredit.xla_flags)
 
-import contextlib
-import dataclasses
-import importlib
-import io
-import os
-import pathlib
-import time
-from typing import Annotated, Callable, Optional, Sequence
+import ast  # noqa: E402
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+import functools  # noqa: E402
+import importlib  # noqa: E402
+import inspect  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import pathlib  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+import typing  # noqa: E402
+from typing import Annotated, Any, Callable, Optional, Sequence  # noqa: E402
 
-import tyro
+import tyro  # noqa: E402
 
-from jaxcredit.agents.config import DEFAULTS, FIELDS
+from jaxcredit.agents.config import DEFAULTS, FIELDS, OPTION_FIELDS, Hparams, TrainConfig  # noqa: E402
 
 PROG = "jaxcredit"
 
@@ -43,48 +52,34 @@ class UsageError(ValueError):
     """Bad command-line input (reported as one line)."""
 
 
-@dataclasses.dataclass
-class TrainArgs:
-    """Train one configuration over several seeds (one compiled, device-sharded program)."""
+# ----------------------------------------------------------------------------------------------
+# Flags generated from the config dataclasses
+# ----------------------------------------------------------------------------------------------
 
-    # The train config (what fixes the compiled program).
-    algo: str = "ppo"
-    """ppo | a2c | reinforce"""
-    estimator: str = "gae"
-    """credit estimator: gae, lambda_returns, mc, nstep, hca_return, ..."""
-    estimator_option: tuple[str, ...] = ()
-    """estimator options as KEY=VALUE (e.g. n=10)"""
-    env: str = "CartPole-v1"
-    env_option: tuple[str, ...] = ()
-    """environment options as KEY=VALUE"""
-    num_envs: int = 4
-    num_steps: int = 128
-    """rollout length T per update"""
-    total_timesteps: float = 5e5
-    """env steps per run (5e6 accepted)"""
-    update_epochs: Optional[int] = None
-    """default: 4 for ppo, 1 otherwise"""
-    num_minibatches: Optional[int] = None
-    """default: 4 for ppo, 1 otherwise; must divide num_envs"""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    anneal_lr: bool = True
-    critic: Optional[bool] = None
-    """learn a critic (default: False for reinforce)"""
-    normalize_advantage: Optional[bool] = None
-    clip_value_loss: Optional[bool] = None
-    # Hyper-parameters (pytree leaves; sweepable without recompiling).
-    lr: float = DEFAULTS["lr"]
-    gamma: float = DEFAULTS["gamma"]
-    lambda_: Annotated[float, tyro.conf.arg(name="lambda")] = DEFAULTS["lambda_"]
-    ent_coef: float = DEFAULTS["ent_coef"]
-    vf_coef: float = DEFAULTS["vf_coef"]
-    clip_eps: float = DEFAULTS["clip_eps"]
-    max_grad_norm: float = DEFAULTS["max_grad_norm"]
-    est_coef: float = DEFAULTS["est_coef"]
-    # The run.
+
+@functools.lru_cache(maxsize=None)
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string literal after each field)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """How the run is executed and where it goes (not part of the compiled program)."""
+
     num_seeds: int = 1
+    """seeds per hyper-parameter setting, trained in one vmapped program"""
     seed: int = 0
+    """master seed (seed keys are split from it)"""
     num_chunks: int = 10
     """compiled chunks; progress, metrics and a checkpoint after each"""
     out: Optional[str] = None
@@ -94,20 +89,69 @@ class TrainArgs:
     force: bool = False
     """if --out exists, move it aside to <out>.old-<time> and start over"""
     progress: bool = True
+    """show a progress bar"""
     stop_after_chunks: Optional[int] = None
     """stop after this many chunks (continue later with --resume)"""
+    logger: tuple[str, ...] = ()
+    """extra per-seed loggers: tensorboard, wandb (pip install 'jaxcredit[loggers]')"""
 
 
 @dataclasses.dataclass
-class SweepArgs(TrainArgs):
-    """Train a grid or a random sample of hyper-parameters × seeds in one program."""
+class SweepOptions:
+    """What a sweep varies."""
 
     grid: tuple[str, ...] = ()
     """NAME=V1,V2,... per hyper-parameter; the grid is their product"""
     random: tuple[str, ...] = ()
     """NAME=LOW:HIGH[:log] per hyper-parameter, sampled --num-samples times"""
     num_samples: int = 8
+    """settings drawn by --random"""
     sample_seed: int = 0
+    """seed of the --random draw"""
+
+
+def _flag_type(cls: type, name: str, annotation: Any):
+    """The command-line type of a config field: options become KEY=VALUE strings, floats that
+    count things accept 5e6, and the hyper-parameters' ``Any`` leaves are floats."""
+    if name in OPTION_FIELDS:
+        return tuple[str, ...]
+    if name == "total_timesteps":
+        return float
+    if cls is Hparams:
+        return float
+    return annotation
+
+
+def _flag_name(field: str) -> Optional[str]:
+    """``--lambda`` for λ; ``--env-option`` (one KEY=VALUE after another) for ``env_options``."""
+    if field == "lambda_":
+        return "lambda"
+    if field in OPTION_FIELDS:
+        return field[:-1]
+    return None
+
+
+def _generated(name: str, sources: Sequence[type]) -> type:
+    """A dataclass with every field of ``sources`` as a flag, docstrings as help."""
+    fields = []
+    for cls in sources:
+        hints = typing.get_type_hints(cls)
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            flag = _flag_type(cls, f.name, hints[f.name])
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            help_text = docs.get(f.name, "")
+            if f.name in OPTION_FIELDS:
+                help_text += " (KEY=VALUE, several allowed)"
+            arg = tyro.conf.arg(help=help_text or None, name=_flag_name(f.name))
+            fields.append((f.name, Annotated[flag, arg], dataclasses.field(default=default)))
+    return dataclasses.make_dataclass(name, fields)
+
+
+TrainArgs = _generated("TrainArgs", (TrainConfig, Hparams, RunOptions))
+TrainArgs.__doc__ = "Train one configuration over several seeds (one compiled, sharded program)."
+SweepArgs = _generated("SweepArgs", (TrainConfig, Hparams, RunOptions, SweepOptions))
+SweepArgs.__doc__ = "Train a grid or a random sample of hyper-parameters × seeds in one program."
 
 
 @dataclasses.dataclass
@@ -115,44 +159,27 @@ class PlotArgs:
     """Overlay the learning curves (mean ± 95% CI across seeds) of one or more runs."""
 
     runs: tyro.conf.Positional[tuple[str, ...]]
-    metric: str = "episode_return"
+    metric: Optional[str] = None
+    """metric column (default: eval/return where the runs evaluate, else episode_return)"""
     out: Optional[str] = None
     """image path (default: curves.png in the single run, else overlay.png here)"""
+    per_seed: bool = False
+    """draw every seed's curve under the mean"""
+    smooth: int = 1
+    """average each curve over this many points first"""
 
 
 @dataclasses.dataclass
-class RunArgs:
-    """The default demo: PPO+GAE on CartPole-v1 over 8 seeds, then the quick estimator bench.
+class ListArgs:
+    """List what can be named on the command line."""
 
-    PureJaxRL's default setup (4 envs × 128 steps, 5e5 steps per seed) with 8 seeds vmapped:
-    about 40 s on a 2-core CPU, every seed reaching the maximum return of 500.
-    """
-
-    out: str = "runs/ppo-gae-cartpole"
-    num_seeds: int = 8
-    num_envs: int = 4
-    total_timesteps: float = 5e5
-    force: bool = True
-    """move an existing run directory aside (the demo never refuses to start)"""
-    bench: bool = True
-    """run `jaxcredit bench estimators --quick` afterwards"""
-    progress: bool = True
+    what: tyro.conf.Positional[str]
+    """envs | estimators | objectives | relabellers | redistributors | algos"""
 
 
 def _hp_name(name: str) -> str:
     name = name.replace("-", "_")
     return "lambda_" if name == "lambda" else name
-
-
-def parse_options(pairs: Sequence[str], what: str) -> tuple[tuple[str, object], ...]:
-    """``("n=5", "method=scan")`` -> ``(("n", 5), ("method", "scan"))`` (ints, floats, bools)."""
-    out = []
-    for pair in pairs:
-        if "=" not in pair:
-            raise UsageError(f"{what} must look like KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
-        out.append((key.replace("-", "_"), _literal(value)))
-    return tuple(out)
 
 
 def _literal(text: str):
@@ -164,34 +191,37 @@ def _literal(text: str):
     return {"true": True, "false": False, "none": None}.get(text.lower(), text)
 
 
-def _whole(value: float, name: str) -> int:
-    if value != int(value) or value <= 0:
-        raise UsageError(f"{name} must be a positive whole number, got {value}")
-    return int(value)
+def parse_options(pairs: Sequence[str], flag: str) -> tuple[tuple[str, object], ...]:
+    """``("n=5", "method=scan")`` -> ``(("n", 5), ("method", "scan"))`` (ints, floats, bools)."""
+    out = []
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"{flag} must look like KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out.append((key.replace("-", "_"), _literal(value)))
+    return tuple(out)
 
 
-def build_config(args: TrainArgs):
-    from jaxcredit.agents.config import TrainConfig
-
-    config = TrainConfig(
-        algo=args.algo, estimator=args.estimator,
-        estimator_options=parse_options(args.estimator_option, "--estimator-option"),
-        env=args.env, env_options=parse_options(args.env_option, "--env-option"),
-        num_envs=args.num_envs, num_steps=args.num_steps,
-        total_timesteps=_whole(args.total_timesteps, "total_timesteps"),
-        update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
-        hidden_sizes=tuple(args.hidden_sizes), activation=args.activation,
-        anneal_lr=args.anneal_lr, critic=args.critic,
-        normalize_advantage=args.normalize_advantage, clip_value_loss=args.clip_value_loss,
-    )
-    return config.resolved()
+def build_config(args) -> TrainConfig:
+    """The resolved ``TrainConfig`` of parsed train/sweep arguments."""
+    values = {}
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(args, f.name)
+        if f.name in OPTION_FIELDS:
+            value = parse_options(value, "--" + f.name.replace("_", "-")[:-1])
+        elif f.name == "total_timesteps":
+            if value != int(value) or value <= 0:
+                raise UsageError(f"total_timesteps must be a positive whole number, got {value}")
+            value = int(value)
+        values[f.name] = value
+    return TrainConfig(**values).resolved()
 
 
-def base_hparams(args: TrainArgs) -> dict:
+def base_hparams(args) -> dict:
     return {name: getattr(args, name) for name in FIELDS}
 
 
-def sweep_settings(args: SweepArgs) -> tuple[list[dict], tuple[str, ...]]:
+def sweep_settings(args) -> tuple[list[dict], tuple[str, ...]]:
     from jaxcredit import sweep
 
     if args.grid and args.random:
@@ -226,37 +256,40 @@ def sweep_settings(args: SweepArgs) -> tuple[list[dict], tuple[str, ...]]:
     return [{**base, **s} for s in settings], swept
 
 
-def _default_out(args: TrainArgs) -> str:
+def _default_out(config: TrainConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"runs/{args.algo}-{args.estimator}-{args.env}-{stamp}"
+    name = config.estimator.replace(":", "_").replace("/", "_")
+    return f"runs/{config.algo}-{name}-{config.env}-{stamp}"
 
 
-def cmd_train(args: TrainArgs, settings=None, swept=()) -> dict:
+def cmd_train(args, settings=None, swept=()) -> dict:
     from jaxcredit.agents.host_loop import RunSpec, run_experiment
 
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
         return _report(run_experiment(None, None, args.out, resume=True, progress=args.progress,
-                                      max_chunks=args.stop_after_chunks))
+                                      max_chunks=args.stop_after_chunks, loggers=args.logger))
     config = build_config(args)
-    spec = RunSpec(settings=tuple(settings or [base_hparams(args)]), num_seeds=args.num_seeds,
-                   seed=args.seed, num_chunks=args.num_chunks, swept=tuple(swept))
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
-    return _report(run_experiment(config, spec, args.out or _default_out(args),
+    spec = RunSpec(settings=tuple(settings or [base_hparams(args)]), num_seeds=args.num_seeds,
+                   seed=args.seed, num_chunks=args.num_chunks, swept=tuple(swept))
+    return _report(run_experiment(config, spec, args.out or _default_out(config),
                                   force=args.force, progress=args.progress,
-                                  max_chunks=args.stop_after_chunks))
+                                  max_chunks=args.stop_after_chunks, loggers=args.logger))
 
 
 def _report(summary: dict) -> dict:
     state = "finished" if summary["finished"] else f"stopped at update {summary['updates']}"
     print(f"{summary['out']}: {state}, {summary['members']} runs, "
-          f"final mean episode return {summary['final_return']:.1f}")
+          f"final mean {summary['metric']} {summary['final_return']:.4g}")
+    for line in summary.get("ranking", []):
+        print(line)
     return summary
 
 
-def cmd_sweep(args: SweepArgs) -> dict:
+def cmd_sweep(args) -> dict:
     if args.resume:
         return cmd_train(args)
     settings, swept = sweep_settings(args)
@@ -270,22 +303,33 @@ def cmd_plot(args: PlotArgs) -> None:
         raise UsageError("plot needs at least one run directory")
     out = args.out or (str(pathlib.Path(args.runs[0]) / "curves.png") if len(args.runs) == 1
                        else "overlay.png")
-    print(plot_runs(args.runs, out, args.metric))
+    if args.smooth < 1:
+        raise UsageError(f"smooth must be a positive integer, got {args.smooth}")
+    print(plot_runs(args.runs, out, args.metric, args.per_seed, args.smooth))
 
 
-def cmd_run(args: RunArgs) -> None:
-    train_args = TrainArgs(num_envs=args.num_envs, num_seeds=args.num_seeds,
-                           total_timesteps=args.total_timesteps, out=args.out, force=args.force,
-                           num_chunks=5, progress=args.progress)
-    cmd_train(train_args)
-    print(f"learning curves: {pathlib.Path(args.out) / 'curves.png'}")
-    if args.bench:
-        try:
-            bench = importlib.import_module("jaxcredit.bench.estimators")
-        except ImportError as err:
-            print(f"(skipping the estimator benchmark: {err})")
-            return
-        bench.main(["--quick"])
+LISTS = {
+    "envs": ("jaxcredit.envs", "registered"),
+    "estimators": ("jaxcredit.estimators", "registered"),
+    "objectives": ("jaxcredit.objectives", "registered"),
+    "relabellers": ("jaxcredit.relabel", "registered"),
+    "redistributors": ("jaxcredit.redistribute", "registered"),
+}
+
+
+def cmd_list(args: ListArgs) -> None:
+    if args.what == "algos":
+        from jaxcredit.agents.config import ALGO_PRESETS
+
+        for name, preset in ALGO_PRESETS.items():
+            print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in preset.items()))
+        return
+    if args.what not in LISTS:
+        raise UsageError(f"list what? choose one of {', '.join([*LISTS, 'algos'])}")
+    module, function = LISTS[args.what]
+    names = getattr(importlib.import_module(module), function)()
+    print("\n".join(names) if names else f"(no {args.what} registered; "
+          "name a 'module:factory' path or register one)")
 
 
 def _lazy_main(module: str) -> Callable[[list[str]], object]:
@@ -295,7 +339,7 @@ def _lazy_main(module: str) -> Callable[[list[str]], object]:
         raise UsageError(f"{module} is not available: {err}") from None
 
 
-def _parse(cls, argv: Sequence[str], prog: str):
+def parse(cls, argv: Sequence[str], prog: str):
     """tyro parsing with its boxed error messages reduced to one line."""
     buffer = io.StringIO()
     try:
@@ -312,7 +356,7 @@ def _parse(cls, argv: Sequence[str], prog: str):
         raise UsageError(message) from None
 
 
-SUBCOMMANDS = ("train", "sweep", "plot", "run", "bench", "diagnose")
+SUBCOMMANDS = ("train", "sweep", "plot", "list", "run", "bench", "diagnose")
 
 
 def dispatch(argv: list[str]):
@@ -322,15 +366,21 @@ def dispatch(argv: list[str]):
     command, rest = argv[0], argv[1:]
     prog = f"{PROG} {command}"
     if command == "train":
-        return cmd_train(_parse(TrainArgs, rest, prog))
+        return cmd_train(parse(TrainArgs, rest, prog))
     if command == "sweep":
-        return cmd_sweep(_parse(SweepArgs, rest, prog))
+        return cmd_sweep(parse(SweepArgs, rest, prog))
     if command == "plot":
-        return cmd_plot(_parse(PlotArgs, rest, prog))
+        return cmd_plot(parse(PlotArgs, rest, prog))
+    if command == "list":
+        return cmd_list(parse(ListArgs, rest, prog))
     if command == "run":
-        return cmd_run(_parse(RunArgs, rest, prog))
+        return _lazy_main("jaxcredit.showcase")(rest)
     if command == "bench":
         targets = {"train": "jaxcredit.bench.train", "estimators": "jaxcredit.bench.estimators"}
+        if rest and rest[0] in ("-h", "--help"):
+            print(f"usage: {PROG} bench {{{','.join(targets)}}} [options]; "
+                  f"'{PROG} bench train --help' for the options")
+            return None
         if not rest or rest[0] not in targets:
             raise UsageError(f"usage: {PROG} bench {{{','.join(targets)}}} [options]")
         return _lazy_main(targets[rest[0]])(rest[1:])
@@ -340,10 +390,10 @@ def dispatch(argv: list[str]):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point: returns 0, or exits 2 with one line on stderr on bad input."""
+    """Console entry point: returns 0, or exits non-zero with one line on stderr on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        dispatch(argv)
+        code = dispatch(argv)
     except (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError,
             PermissionError) as err:
         if os.environ.get("JAXCREDIT_TRACEBACK"):
@@ -357,6 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted (continue with --resume)", file=sys.stderr)
         raise SystemExit(130) from None
+    if isinstance(code, int) and code != 0:
+        raise SystemExit(code)
     return 0
 
 

@@ -296,11 +296,13 @@ def build_estimator(spec: Spec, exact_models: Optional[dict] = None) -> Estimato
 
     options = dict(spec.options)
     name = "mc" if spec.name == "reinforce" else spec.name
-    if exact_models is not None and name in ("hca_return", "c2a2c"):
-        options["model"] = exact_models["return"]
-    if exact_models is not None and name == "hca_state":
-        options["model"] = exact_models["state"]
-    return make_estimator(name, **options)
+    estimator = make_estimator(name, **options)
+    if exact_models is not None and estimator.exact_model is not None:
+        exact = exact_models.get(estimator.exact_model)
+        if exact is None:
+            raise ValueError(f"no exact {estimator.exact_model} for estimator {spec.label!r} here")
+        estimator = make_estimator(name, **{**options, "model": exact})
+    return estimator
 
 
 # ----------------------------------------------------------------------------------------------
@@ -384,7 +386,8 @@ def make_diagnose(config: DiagnoseConfig):
     hparams = Hparams(gamma=jnp.float32(gamma), lambda_=jnp.float32(lam))
     num_actions = mdp.num_actions
     return_plan = None
-    if config.hindsight == "exact" and any(s.name in ("hca_return", "c2a2c") for s in specs):
+    if config.hindsight == "exact" and any(
+            build_estimator(s).exact_model == "return_hindsight" for s in specs):
         return_plan = plan_exact_return(mdp, gamma, max_steps)
 
     def run(key: Array, theta: Array) -> dict:
@@ -398,11 +401,12 @@ def make_diagnose(config: DiagnoseConfig):
         eval_batch = tabular.sample_episodes(mdp, pi, eval_key, config.num_trajectories, max_steps)
         exact_models = None
         if config.hindsight == "exact":
-            exact_models = {"state": exact_state_model(mdp, pi, gamma)}
+            exact_models = {"state_hindsight": exact_state_model(mdp, pi, gamma)}
             if return_plan is not None:
-                exact_models["return"] = exact_return_model(mdp, pi, return_plan)
+                exact_models["return_hindsight"] = exact_return_model(mdp, pi, return_plan)
         results = {}
         for spec, k in zip(specs, jax.random.split(init_key, len(specs))):
+            k, fit_k, assign_k = jax.random.split(k, 3)
             estimator = build_estimator(spec, exact_models)
             use_critic = jnp.zeros_like(values) if spec.name == "reinforce" else critic
             fit_traj = episodes_to_trajectory(mdp, pi, fit_batch, use_critic)
@@ -411,8 +415,8 @@ def make_diagnose(config: DiagnoseConfig):
             fit_loss = jnp.float32(jnp.nan)
             if estimator.learned and config.hindsight == "learned":
                 params, fit_loss = fit_hindsight(estimator, params, fit_traj, hparams,
-                                                 config.fit_steps, config.fit_lr)
-            credit = estimator.assign(params, eval_traj, hparams)
+                                                 config.fit_steps, config.fit_lr, fit_k)
+            credit = estimator.assign(params, eval_traj, hparams, assign_k)
             adv = credit.advantage
             grads = per_trajectory_gradients(adv, eval_batch.state, eval_batch.action,
                                              eval_batch.valid, pi, gamma)
@@ -430,18 +434,20 @@ def make_diagnose(config: DiagnoseConfig):
 
 
 def fit_hindsight(estimator: Estimator, params: Any, trajectory: Trajectory, hparams: Any,
-                  steps: int, learning_rate: float) -> tuple[Any, Array]:
+                  steps: int, learning_rate: float, key: Array) -> tuple[Any, Array]:
     """Fits a learned estimator's model by full-batch Adam on its own ``loss`` (``lax.scan``)."""
     optimiser = optax.adam(learning_rate)
 
-    def step(carry, _):
+    def step(carry, step_key):
         p, opt_state = carry
-        loss, grads = jax.value_and_grad(lambda q: estimator.loss(q, trajectory, hparams)[0])(p)
+        loss, grads = jax.value_and_grad(
+            lambda q: estimator.loss(q, trajectory, hparams, step_key)[0])(p)
         updates, opt_state = optimiser.update(grads, opt_state, p)
         return (optax.apply_updates(p, updates), opt_state), loss
 
-    (params, _), losses = jax.lax.scan(step, (params, optimiser.init(params)), None, length=steps)
-    final = estimator.loss(params, trajectory, hparams)[0]
+    step_keys = jax.random.split(key, steps + 1)
+    (params, _), losses = jax.lax.scan(step, (params, optimiser.init(params)), step_keys[:-1])
+    final = estimator.loss(params, trajectory, hparams, step_keys[-1])[0]
     return params, final
 
 

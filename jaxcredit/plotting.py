@@ -1,14 +1,16 @@
-"""Learning curves from run directories: mean ± 95% confidence interval across seeds.
+"""Learning curves from run directories: mean and 95% bootstrap interval across seeds.
 
-Per seed, updates in which no episode ended (``nan``) carry the last finished episode's value
-forward, so every seed has a value at every update after its first finished episode. The band is
-the Student-t 95% interval of the mean across seeds, ``mean ± t_{0.975, S−1} · sd / √S``.
+Per seed, updates without a value (``nan``: no episode ended; no evaluation at that update)
+carry the last value forward, and updates where no seed has a value are dropped, so evaluation
+metrics plot at their evaluation points. The band is the percentile-bootstrap 95% interval of
+the mean across seeds (``jaxcredit.stats.bootstrap_band``): it stays inside the range of the
+data even with two seeds. ``per_seed`` draws every seed's curve too; ``smooth`` averages over a
+window of that many points first.
 """
 
 from __future__ import annotations
 
 import pathlib
-import warnings
 from typing import Sequence
 
 import matplotlib
@@ -18,15 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from jaxcredit import runlog  # noqa: E402
-
-# Two-sided 95% Student-t critical values t_{0.975, df} for df = 1..30; 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_critical(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+from jaxcredit.stats import bootstrap_band  # noqa: E402
 
 
 def forward_fill(x: np.ndarray) -> np.ndarray:
@@ -37,16 +31,20 @@ def forward_fill(x: np.ndarray) -> np.ndarray:
     return np.take_along_axis(x, index, axis=-1)
 
 
-def mean_ci(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and 95% CI bounds over axis 0 (seeds) of ``[S, U]``, ignoring NaNs."""
-    with warnings.catch_warnings():  # all-NaN columns (no episode finished yet) are expected
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(curves, axis=0)
-        n = np.sum(np.isfinite(curves), axis=0)
-        sd = np.nanstd(curves, axis=0, ddof=1) if curves.shape[0] > 1 else np.zeros_like(mean)
-    half = np.array([t_critical(int(k) - 1) if k > 1 else 0.0 for k in n]) * sd / np.sqrt(
-        np.maximum(n, 1))
-    return mean, mean - half, mean + half
+def smooth(x: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over ``window`` points along the last axis (NaN ignored)."""
+    if window <= 1:
+        return np.asarray(x, np.float64)
+    x = np.asarray(x, np.float64)
+    finite = np.isfinite(x)
+    zero = np.zeros(x.shape[:-1] + (1,))
+    sums = np.concatenate([zero, np.cumsum(np.where(finite, x, 0.0), axis=-1)], axis=-1)
+    counts = np.concatenate([zero, np.cumsum(finite, axis=-1)], axis=-1)
+    start = np.maximum(np.arange(1, x.shape[-1] + 1) - window, 0)
+    total = sums[..., 1:] - sums[..., start]
+    count = counts[..., 1:] - counts[..., start]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def curves_by_setting(columns: dict, metric: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -65,7 +63,9 @@ def curves_by_setting(columns: dict, metric: str) -> dict[int, tuple[np.ndarray,
         values[seed_pos, update_pos] = columns[metric][rows]
         steps = np.zeros(len(updates))
         steps[update_pos] = columns["env_steps"][rows]
-        out[int(h)] = (steps, forward_fill(values))
+        # Metrics measured only at some updates (evaluations) are NaN at all the others.
+        measured = np.isfinite(values).any(axis=0)
+        out[int(h)] = (steps[measured], forward_fill(values[:, measured]))
     return out
 
 
@@ -78,8 +78,12 @@ def _setting_label(config: dict, h: int, multiple: bool) -> str:
 
 
 def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Path,
-              metric: str = "episode_return") -> pathlib.Path:
-    """Overlays mean ± 95% CI curves of ``metric`` for every run and hyper-parameter setting."""
+              metric: str | None = None, per_seed: bool = False,
+              smooth_window: int = 1) -> pathlib.Path:
+    """Overlays mean and 95% bootstrap band of ``metric`` for every run and setting.
+
+    ``metric`` None: ``eval/return`` where the runs evaluate, else ``episode_return``.
+    """
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for run_dir in run_dirs:
         run_dir = pathlib.Path(run_dir)
@@ -90,17 +94,23 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Pa
         columns = runlog.read_metrics(run_dir / "metrics.csv")
         if not columns:
             raise ValueError(f"{run_dir / 'metrics.csv'} has no rows yet")
+        if metric is None:
+            metric = "eval/return" if "eval/return" in columns else "episode_return"
         per_setting = curves_by_setting(columns, metric)
         for h, (steps, values) in per_setting.items():
-            mean, low, high = mean_ci(values)
+            values = smooth(values, smooth_window)
+            mean, low, high = bootstrap_band(values)
             label = " ".join(x for x in (run_dir.name,
                                          _setting_label(config, h, len(per_setting) > 1)) if x)
             label += f" (n={values.shape[0]})"
             line, = ax.plot(steps, mean, lw=1.5, label=label)
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
+            if per_seed:
+                for row in values:
+                    ax.plot(steps, row, color=line.get_color(), lw=0.5, alpha=0.35)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(metric.replace("_", " "))
-    ax.set_title(f"{metric.replace('_', ' ')}: mean ± 95% CI across seeds")
+    ax.set_title(f"{metric.replace('_', ' ')}: mean and 95% bootstrap CI across seeds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

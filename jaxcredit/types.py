@@ -5,7 +5,7 @@ All arrays are time-major: ``[T, *batch]`` with time first (DESIGN.md, "Time-maj
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import chex
 import jax
@@ -37,6 +37,11 @@ class Trajectory:
       next_value: ``[T, *batch]`` V(s'_{t+1}).
       log_prob: ``[T, *batch]`` log pi(a_t | s_t) of the behaviour policy.
       logits: ``[T, *batch, A]`` behaviour policy logits (all-action credit needs pi(. | s_t)).
+      next_obs: ``[T, *batch, *obs_shape]`` s'_{t+1} (the final observation when the episode
+        ended at t), where the producer keeps it (the engine does; relabelling needs it), else None.
+      state: ``[T, *batch]`` int32 tabular index of s_t on environments with exact ground truth
+        (``jaxcredit.envs.tabular``), else None. Learned models never read it; exact (oracle)
+        models and the ground-truth metrics do.
     """
 
     obs: Array
@@ -48,6 +53,8 @@ class Trajectory:
     next_value: Array
     log_prob: Array
     logits: Array
+    next_obs: Optional[Array] = None
+    state: Optional[Array] = None
 
     @property
     def done(self) -> Array:

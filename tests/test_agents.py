@@ -15,7 +15,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine, make_train
-from jaxcredit.agents import losses
+from jaxcredit.objectives import losses
 from jaxcredit.networks import ActorCritic
 
 LN = math.log
@@ -190,19 +190,20 @@ def test_time_out_targets_bootstrap_from_final_observation():
     time-out been treated as a terminal, its target would be the bare reward 1."""
     engine = make_engine(CONSTANT_CONFIG, env=ConstantReward())
     state = engine.init(jax.random.key(0))
-    head = state.params["agent"]["params"]["critic"]["Dense_1"]
+    head = state.agent.params["params"]["critic"]["Dense_1"]
     head["kernel"] = jnp.zeros_like(head["kernel"])
     head["bias"] = jnp.full_like(head["bias"], TRUE_VALUE)
     hparams = Hparams.create(gamma=GAMMA, lambda_=0.95)
     batch = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
     traj = batch.trajectory
+    _, credit, _, _ = jax.jit(engine.assign_credit)(state, traj, hparams, jax.random.key(2))
     expected_truncated = np.zeros((12, 4), bool)
     expected_truncated[[4, 9]] = True  # episodes of 5 steps
     np.testing.assert_array_equal(traj.truncated, expected_truncated)
     assert not np.any(traj.terminated)
     np.testing.assert_allclose(traj.next_value, TRUE_VALUE, rtol=1e-6)
-    np.testing.assert_allclose(batch.credit.value_target, TRUE_VALUE, rtol=1e-6)
-    np.testing.assert_allclose(batch.credit.advantage, 0.0, atol=1e-5)
+    np.testing.assert_allclose(credit.value_target, TRUE_VALUE, rtol=1e-6)
+    np.testing.assert_allclose(credit.advantage, 0.0, atol=1e-5)
     assert int(batch.episodes.count) == 8
     np.testing.assert_allclose(batch.episodes.return_sum / batch.episodes.count, 5.0)
 
@@ -214,7 +215,7 @@ def test_learned_value_under_time_limit_is_not_time_dependent():
     hparams = Hparams.create(gamma=GAMMA, lambda_=0.95, lr=0.03, max_grad_norm=10.0,
                              ent_coef=0.0)
     state, metrics = jax.jit(engine.train)(jax.random.key(0), hparams)
-    value = engine.network.apply(state.params["agent"], jnp.ones((1, 1)),
+    value = engine.network.apply(state.agent.params, jnp.ones((1, 1)),
                                  method=ActorCritic.value)
     np.testing.assert_allclose(value, TRUE_VALUE, rtol=0.03)
     np.testing.assert_allclose(metrics["episode_length"][-10:], 5.0)
@@ -238,7 +239,7 @@ def test_algorithms_run_deterministically(algo):
     state_b, metrics_b = train(jax.random.key(3), hparams)
     _, metrics_c = train(jax.random.key(4), hparams)
     chex.assert_trees_all_equal(metrics_a, metrics_b)  # same seed, same result (bitwise)
-    chex.assert_trees_all_equal(state_a.params, state_b.params)
+    chex.assert_trees_all_equal(state_a.agent.params, state_b.agent.params)
     assert not np.array_equal(metrics_a["loss"], metrics_c["loss"])
     expected = {"loss", "policy_loss", "entropy", "approx_kl", "clip_frac", "grad_norm", "lr",
                 "episode_return", "episode_length", "episodes", "credit/advantage_mean"}
@@ -246,7 +247,7 @@ def test_algorithms_run_deterministically(algo):
     assert ("value_loss" in metrics_a) == (algo != "reinforce")
     for name, value in metrics_a.items():
         assert value.shape == (6,), name
-        if not name.startswith("episode_"):
+        if not name.startswith(("episode_", "eval/")):
             assert np.all(np.isfinite(value)), name
     np.testing.assert_array_equal(state_a.update, 6)
     # lr anneals linearly from lr to lr / U.
@@ -263,7 +264,7 @@ def test_chunked_run_equals_whole_run():
     state, second = run3(state)
     chex.assert_trees_all_equal(whole[1], jax.tree.map(lambda a, b: jnp.concatenate([a, b]),
                                                        first, second))
-    chex.assert_trees_all_equal(whole[0].params, state.params)
+    chex.assert_trees_all_equal(whole[0].agent.params, state.agent.params)
 
 
 def test_learned_all_action_estimator_is_trained_in_the_same_step():
@@ -276,13 +277,15 @@ def test_learned_all_action_estimator_is_trained_in_the_same_step():
     assert engine.estimator.all_action and engine.estimator.learned
     hparams = Hparams.create()
     init = engine.init(jax.random.key(0))
-    batch = jax.eval_shape(engine.collect, init, hparams, jax.random.key(1))
-    assert batch.credit.advantage.shape == (16, 4, 2)
+    window = jax.eval_shape(engine.collect, init, hparams, jax.random.key(1))
+    _, credit, _, _ = jax.eval_shape(engine.assign_credit, init, window.trajectory, hparams,
+                                     jax.random.key(2))
+    assert credit.advantage.shape == (16, 4, 2)
     state, metrics = jax.jit(engine.train)(jax.random.key(0), hparams)
-    assert {"estimator_loss", "estimator/hindsight_loss"} <= set(metrics)
+    assert {"estimator/loss", "estimator/hindsight_loss"} <= set(metrics)
     assert np.all(np.isfinite(metrics["loss"]))
-    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), init.params["estimator"],
-                         state.params["estimator"])
+    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), init.estimator.params,
+                         state.estimator.params)
     assert max(jax.tree.leaves(moved)) > 0
 
 
@@ -290,7 +293,10 @@ def test_bad_configs_raise_one_line_value_errors():
     bad = [
         (dict(algo="dqn"), "unknown algo"),
         (dict(num_envs=0), "num_envs must be a positive integer"),
-        (dict(num_envs=6), "not divisible by num_minibatches"),
+        (dict(num_envs=1, num_steps=6), "not divisible by num_minibatches"),
+        (dict(algo="a2c", num_envs=6, estimator_fit_minibatches=4),
+         "not divisible by estimator_fit_minibatches"),
+        (dict(estimator_fit_steps=-1), "estimator_fit_steps must be a non-negative"),
         (dict(total_timesteps=10), "less than one update"),
         (dict(hidden_sizes=(0,)), "hidden_sizes"),
         (dict(activation="swish2"), "unknown activation"),

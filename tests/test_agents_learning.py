@@ -50,7 +50,7 @@ def test_reinforce_improves_on_ambiguous_bandit():
     states, metrics = sweep.run_sweep(engine, population, pad=True)
     start = jnp.array([1.0, 0.0, 0.0])
     pi_hi = jax.vmap(lambda p: jax.nn.softmax(engine.network.apply(
-        p, start, method=ActorCritic.policy))[0])(states.params["agent"])
+        p, start, method=ActorCritic.policy))[0])(states.agent.params)
     assert np.all(pi_hi >= 0.9), pi_hi
     returns = np.asarray(metrics["episode_return"])
     assert np.nanmean(returns[:, -20:]) > 1.7, returns[:, -20:].mean(1)

@@ -25,6 +25,8 @@ from jaxcredit.types import Trajectory
 
 HP = D.Hparams(gamma=jnp.float32(1.0), lambda_=jnp.float32(0.9))
 
+KEY = jax.random.key(1234)  # the stages' PRNG key (only sampling estimators use it)
+
 
 # ---------------------------------------------------------------------------------------------
 # 1. Pure functions, hand-checked
@@ -119,11 +121,11 @@ def test_hindsight_equal_to_policy_gives_no_credit_and_closes_the_gate():
                          "policy_modulated": True}, ("sampled",))):
         for form in forms:
             est = make_estimator("hca_return", form=form, model=model, **extra)
-            credit = est.assign(est.init(key, traj), traj, HP)
+            credit = est.assign(est.init(key, traj), traj, HP, KEY)
             np.testing.assert_allclose(credit.advantage, 0.0, atol=1e-5)
         for gate in H.GATES if model == "mlp" else ("hard",):
             est = make_estimator("c2a2c", gate=gate, model=model, **extra)
-            credit = est.assign(est.init(key, traj), traj, HP)
+            credit = est.assign(est.init(key, traj), traj, HP, KEY)
             # Float rounding leaves |1 − c| ~ 1e-7: the hard gate is shut, the soft one nearly.
             tol = 0.0 if gate == "hard" else 1e-4
             np.testing.assert_allclose(credit.advantage, 0.0, atol=tol)
@@ -131,8 +133,8 @@ def test_hindsight_equal_to_policy_gives_no_credit_and_closes_the_gate():
     # With an informative h the c2a2c gate opens and the credit is A2C's GAE where it is open.
     est = make_estimator("c2a2c", model="tabular", num_states=5, z_grid=jnp.linspace(-3, 3, 7))
     params = {"table": 3.0 * jax.random.normal(key, (5, 7, 3))}
-    credit = est.assign(params, traj, HP)
-    gae_adv, _ = make_estimator("gae").assign({}, traj, HP).advantage, None
+    credit = est.assign(params, traj, HP, KEY)
+    gae_adv, _ = make_estimator("gae").assign({}, traj, HP, KEY).advantage, None
     open_ = credit.advantage != 0
     assert 0 < float(open_.mean())
     np.testing.assert_allclose(credit.advantage[open_], gae_adv[open_], rtol=1e-6)
@@ -160,9 +162,9 @@ def test_ambiguous_bandit_hca_advantage_averages_to_exact():
     model = D.exact_return_model(mdp, pi, D.plan_exact_return(mdp, 1.0, 1))
     batch = tabular.sample_episodes(mdp, pi, jax.random.key(0), 200_000, 1)
     traj = D.episodes_to_trajectory(mdp, pi, batch, jnp.zeros(mdp.num_states))
-    sampled = make_estimator("hca_return", model=model).assign({}, traj, HP).advantage[0]
+    sampled = make_estimator("hca_return", model=model).assign({}, traj, HP, KEY).advantage[0]
     all_action = make_estimator("hca_return", model=model, form="all_action").assign(
-        {}, traj, HP).advantage[0]
+        {}, traj, HP, KEY).advantage[0]
     action = np.asarray(batch.action[0])
     for a, expected in ((0, 0.4), (1, -0.4)):
         x = np.asarray(sampled)[action == a]
@@ -183,7 +185,7 @@ def test_sampled_and_all_action_forms_agree_in_expectation():
     true = tabular.policy_gradient(mdp, theta, 1.0)
     means = []
     for form in H.FORMS:
-        adv = make_estimator("hca_return", model=model, form=form).assign({}, traj, HP).advantage
+        adv = make_estimator("hca_return", model=model, form=form).assign({}, traj, HP, KEY).advantage
         g = D.per_trajectory_gradients(adv, batch.state, batch.action, batch.valid, pi, 1.0)
         se = g.std(0) / np.sqrt(g.shape[0])
         np.testing.assert_array_less(jnp.abs(g.mean(0) - true), 4 * se + 1e-6)
@@ -207,8 +209,8 @@ def test_sampled_return_hca_needs_overlapping_return_supports():
     est_s = make_estimator("hca_return", model=model)
     est_a = make_estimator("hca_return", model=model, form="all_action")
     table = est_s.init(jax.random.key(0), traj)  # the exact table
-    sampled = est_s.assign(table, traj, HP).advantage[0]
-    all_action = est_a.assign(table, traj, HP).advantage[0]
+    sampled = est_s.assign(table, traj, HP, KEY).advantage[0]
+    all_action = est_a.assign(table, traj, HP, KEY).advantage[0]
     p0, p1 = np.asarray(pi[0])
     exact = np.asarray(tabular.advantages(mdp, pi, 1.0)[0])
     np.testing.assert_allclose(exact, [2 * p1, -2 * p0], rtol=1e-5)
@@ -270,9 +272,9 @@ def test_state_hca_chunked_equals_plain_reference(bootstrap):
         est = make_estimator("hca_state", model="tabular", num_states=5, chunk=chunk,
                              bootstrap=bootstrap, policy_modulated=False)
         params = {"table": table}
-        np.testing.assert_allclose(est.assign(params, traj, hp).advantage, ref_adv,
+        np.testing.assert_allclose(est.assign(params, traj, hp, KEY).advantage, ref_adv,
                                    rtol=2e-4, atol=2e-4)
-        np.testing.assert_allclose(est.loss(params, traj, hp)[0], ref_loss, rtol=1e-4)
+        np.testing.assert_allclose(est.loss(params, traj, hp, KEY)[0], ref_loss, rtol=1e-4)
 
 
 def test_state_hca_sampled_pairs_are_unbiased():
@@ -295,7 +297,7 @@ def test_state_hca_sampled_pairs_are_unbiased():
     # The estimator record runs with sampled pairs at the same shapes.
     est = make_estimator("hca_state", model="tabular", num_states=5, pairs="sampled",
                          num_pairs=2, chunk=3, policy_modulated=False)
-    out = est.assign(params, traj, HP).advantage
+    out = est.assign(params, traj, HP, KEY).advantage
     assert out.shape == (8, 1, 3) and bool(jnp.all(jnp.isfinite(out)))
 
 
@@ -314,8 +316,8 @@ def test_hindsight_model_losses_decrease_on_a_fixed_batch():
     for name in ("hca_return", "hca_state"):
         est = make_estimator(name, hidden=16 if name == "hca_state" else (16,))
         p0 = est.init(jax.random.key(11), traj)
-        before = float(est.loss(p0, traj, HP)[0])
-        _, after = jax.jit(lambda p: D.fit_hindsight(est, p, traj, HP, 40, 3e-2))(p0)
+        before = float(est.loss(p0, traj, HP, KEY)[0])
+        _, after = jax.jit(lambda p: D.fit_hindsight(est, p, traj, HP, 40, 3e-2, KEY))(p0)
         # Uniform π: the initial (h = π) loss is log 2; the return / final state reveal a_0.
         np.testing.assert_allclose(before, np.log(2.0), rtol=1e-4)
         assert float(after) < 0.9 * before, (name, before, float(after))

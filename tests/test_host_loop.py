@@ -22,6 +22,11 @@ def test_chunk_lengths():
     assert chunk_lengths(6, 3) == [2, 2, 2]
     assert chunk_lengths(2, 10) == [1, 1]
     assert chunk_lengths(5, 1) == [5]
+    # Chunks end on evaluation blocks; the remainder of the last block joins the last chunk.
+    assert chunk_lengths(22, 3, 5) == [10, 12]
+    assert chunk_lengths(12, 10, 5) == [5, 7]
+    assert chunk_lengths(3, 4, 5) == [3]
+    assert chunk_lengths(60, 10, 3) == [6] * 10  # a divisor of the 20 blocks: one length
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ METHODS = ["scan", "associative"]
 gae_jit = jax.jit(E.gae, static_argnames=("method",))
 lambda_returns_jit = jax.jit(E.lambda_returns, static_argnames=("method", "stop_target_gradients"))
 
+KEY = jax.random.key(1234)  # the stages' PRNG key (only sampling estimators use it)
+
 
 # ---------------------------------------------------------------------------------------------
 # Float64 plain-loop references, one sequence at a time (written independently of the library).
@@ -494,18 +496,18 @@ def test_registry_estimators_agree_with_functions():
     args = (traj.reward, traj.value, traj.next_value, traj.terminated, traj.truncated)
     ref_adv, ref_t = ref_gae(*args, hp.gamma, hp.lambda_)
     for name in ("gae", "lambda_returns"):
-        credit = E.make_estimator(name).assign({}, traj, hp)
+        credit = E.make_estimator(name).assign({}, traj, hp, KEY)
         np.testing.assert_allclose(credit.advantage, ref_adv, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(credit.value_target, ref_t, rtol=1e-5, atol=1e-5)
     _, mc_targets = ref_gae(*args, hp.gamma, 1.0)
-    np.testing.assert_allclose(E.make_estimator("mc").assign({}, traj, hp).value_target, mc_targets,
+    np.testing.assert_allclose(E.make_estimator("mc").assign({}, traj, hp, KEY).value_target, mc_targets,
                                rtol=1e-5, atol=1e-5)
     # n-step with a horizon longer than the window equals Monte Carlo.
-    np.testing.assert_allclose(E.make_estimator("nstep", n=50).assign({}, traj, hp).value_target,
+    np.testing.assert_allclose(E.make_estimator("nstep", n=50).assign({}, traj, hp, KEY).value_target,
                                mc_targets, rtol=1e-5, atol=1e-5)
     est = E.make_estimator("gae")
     assert not est.learned and not est.all_action
-    loss, metrics = est.loss(est.init(jax.random.key(0), traj), traj, hp)
+    loss, metrics = est.loss(est.init(jax.random.key(0), traj), traj, hp, KEY)
     assert float(loss) == 0.0 and metrics == {}
 
 

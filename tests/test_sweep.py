@@ -77,13 +77,13 @@ SCRIPT = textwrap.dedent("""
     # Padded to 8: two members per device. Bitwise equality holds whenever every device has at
     # least two members (docs/engine.md: a lone member per device can differ by float32 rounding).
     states4, metrics4 = sweep.run_sweep(engine, six, sweep.sweep_mesh(), pad=True)
-    out["devices_used"] = len(jax.tree.leaves(states4.params)[0].sharding.device_set)
+    out["devices_used"] = len(jax.tree.leaves(states4.agent.params)[0].sharding.device_set)
     out["shape"] = list(np.shape(metrics4["loss"]))
     states1, metrics1 = sweep.run_sweep(engine, six, sweep.sweep_mesh(jax.devices()[:1]))
     out["bitwise"] = all(np.array_equal(metrics4[k], metrics1[k], equal_nan=True)
                          for k in metrics1) and all(
-        np.array_equal(a, b) for a, b in zip(jax.tree.leaves(jax.device_get(states4.params)),
-                                             jax.tree.leaves(jax.device_get(states1.params))))
+        np.array_equal(a, b) for a, b in zip(jax.tree.leaves(jax.device_get(states4.agent.params)),
+                                             jax.tree.leaves(jax.device_get(states1.agent.params))))
     out["max_diff"] = max(float(np.nanmax(np.abs(np.asarray(metrics4[k], float)
                                                   - np.asarray(metrics1[k], float))))
                           for k in metrics1)

@@ -1,101 +1,159 @@
 """The two halves of a run's settings: a frozen ``TrainConfig`` and a ``Hparams`` pytree.
 
 ``TrainConfig`` holds everything that fixes the compiled program: shapes (number of envs, rollout
-length, network widths), loop counts (updates, epochs, minibatches) and discrete choices
-(algorithm, estimator, environment). Changing any of it means a new compile.
+length, network widths), loop counts (updates, epochs, minibatches, fitting steps) and discrete
+choices (the stages of the credit pipeline, the environment). Changing any of it means a new
+compile.
 
-``Hparams`` holds the floats a researcher sweeps: learning rate, γ, λ, loss coefficients, clip ε.
-They are pytree leaves (float32 scalars), so ``jax.vmap`` over a stacked ``Hparams`` trains many
-settings in one compiled program (the rejax idea). Estimators read ``hparams.gamma`` and
-``hparams.lambda_`` from it.
+``Hparams`` holds the floats a researcher sweeps: learning rates, γ, λ, loss coefficients, clip
+ε, the credit models' own learning rates. They are pytree leaves (float32 scalars), so
+``jax.vmap`` over a stacked ``Hparams`` trains many settings in one compiled program (the rejax
+idea). Estimators read ``hparams.gamma`` and ``hparams.lambda_`` from it.
+
+``algo`` is a preset, not a code path: it fills the objective, the default estimator and the loop
+counts that are left as None (:data:`ALGO_PRESETS`).
+
+Every field's docstring is its command-line help (``jaxcredit train --help``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxcredit.fitting import FitSchedule
 from jaxcredit.networks import activation_fn
 
-ALGOS = ("ppo", "a2c", "reinforce")
-
-# Per-algorithm defaults for the fields left as None in TrainConfig.
-_ALGO_DEFAULTS = {
-    "ppo": dict(update_epochs=4, num_minibatches=4, critic=True, normalize_advantage=True,
-                clip_value_loss=True),
-    "a2c": dict(update_epochs=1, num_minibatches=1, critic=True, normalize_advantage=False,
-                clip_value_loss=False),
-    "reinforce": dict(update_epochs=1, num_minibatches=1, critic=False,
-                      normalize_advantage=False, clip_value_loss=False),
+# Presets: what `algo` fills in for the fields left as None.
+ALGO_PRESETS = {
+    "ppo": dict(objective="ppo", estimator="gae", update_epochs=4, num_minibatches=4,
+                critic=True, normalize_advantage=True, clip_value_loss=True),
+    "a2c": dict(objective="pg", estimator="gae", update_epochs=1, num_minibatches=1,
+                critic=True, normalize_advantage=False, clip_value_loss=False),
+    # REINFORCE: the Monte-Carlo return (bootstrapped only at time-outs), no critic, no baseline.
+    "reinforce": dict(objective="pg", estimator="mc", update_epochs=1, num_minibatches=1,
+                      critic=False, normalize_advantage=False, clip_value_loss=False),
 }
+ALGOS = tuple(ALGO_PRESETS)
+
+# Evaluations per run when `eval_every` is left as None.
+DEFAULT_EVALUATIONS = 20
+
+Options = tuple[tuple[str, Any], ...]
+
+
+def default_eval_every(num_updates: int) -> int:
+    """About :data:`DEFAULT_EVALUATIONS` evaluations: U // 20 updates apart, or a divisor of U
+    up to 4x that (5 to 20 evaluations), so that no partial block needs a program of its own."""
+    base = max(1, num_updates // DEFAULT_EVALUATIONS)
+    return next((k for k in range(base, 4 * base + 1) if num_updates % k == 0), base)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """What fixes the compiled program (see module docstring).
-
-    Attributes:
-      algo: "ppo" (clipped surrogate, epochs × minibatches), "a2c" (one synchronous policy-gradient
-        step per rollout with a learned critic) or "reinforce" (like a2c without a critic: the
-        trajectory's values are zero, so the credit is the plain return).
-      estimator: credit estimator name for ``jaxcredit.estimators.make_estimator``.
-      estimator_options: ``(name, value)`` pairs for ``make_estimator``, e.g. ``(("n", 5),)``.
-      env: environment name for ``jaxcredit.envs.make``.
-      env_options: ``(name, value)`` pairs passed to the environment constructor.
-      num_envs: parallel environments N per run.
-      num_steps: rollout length T per update.
-      total_timesteps: env steps per run; the run does total_timesteps // (N·T) updates.
-      update_epochs, num_minibatches: optimisation passes per rollout; None = algorithm default.
-      hidden_sizes, activation: the actor and critic MLP towers.
-      anneal_lr: decay the learning rate linearly to 0 over the updates.
-      critic: learn V (None = algorithm default). Without a critic ``value = next_value = 0``.
-      normalize_advantage: standardise per-step advantages per minibatch (None = algo default).
-      clip_value_loss: PPO-style clipped value loss (None = algo default).
-    """
+    """What fixes the compiled program (see module docstring)."""
 
     algo: str = "ppo"
-    estimator: str = "gae"
-    estimator_options: tuple[tuple[str, Any], ...] = ()
+    """preset: ppo | a2c | reinforce (fills the fields below that are left unset)"""
+    objective: Optional[str] = None
+    """objective stage: pg | ppo | module:factory (default: the algo's)"""
+    estimator: Optional[str] = None
+    """estimate stage: gae, mc, nstep, lambda_returns, hca_return, hca_state, c2a2c, or
+    module:factory (default: gae, or mc for reinforce)"""
+    estimator_options: Options = ()
+    """options of the estimator, e.g. n=10 or model=oracle"""
+    relabel: Optional[str] = None
+    """relabel stage (registry name or module:factory); none by default"""
+    relabel_options: Options = ()
+    """options of the relabel stage"""
+    redistribute: Optional[str] = None
+    """redistribute stage (registry name or module:factory); none by default"""
+    redistribute_options: Options = ()
+    """options of the redistribute stage"""
     env: str = "CartPole-v1"
-    env_options: tuple[tuple[str, Any], ...] = ()
+    """environment name (jaxcredit list envs)"""
+    env_options: Options = ()
+    """environment options, e.g. n=10 or sigma=1"""
     num_envs: int = 4
+    """parallel environments N per run"""
     num_steps: int = 128
+    """rollout length T per update"""
     total_timesteps: int = 500_000
-    update_epochs: int | None = None
-    num_minibatches: int | None = None
+    """env steps per run; the run does total_timesteps // (N·T) updates"""
+    update_epochs: Optional[int] = None
+    """optimisation passes over each rollout (default: 4 for ppo, 1 otherwise)"""
+    num_minibatches: Optional[int] = None
+    """minibatches per pass (default: 4 for ppo, 1 otherwise); must divide N·T"""
     hidden_sizes: tuple[int, ...] = (64, 64)
+    """widths of the actor's and the critic's MLP towers"""
     activation: str = "tanh"
+    """tanh | relu | gelu | silu"""
     anneal_lr: bool = True
-    critic: bool | None = None
-    normalize_advantage: bool | None = None
-    clip_value_loss: bool | None = None
+    """decay the agent's learning rate linearly to 0 over the run"""
+    critic: Optional[bool] = None
+    """learn V (default: False for reinforce); without a critic value = next_value = 0"""
+    normalize_advantage: Optional[bool] = None
+    """standardise per-step advantages per minibatch (default: ppo only)"""
+    clip_value_loss: Optional[bool] = None
+    """PPO-style clipped value loss (default: ppo only)"""
+    estimator_fit_steps: int = 4
+    """optimiser steps that fit a learned estimator's model per update"""
+    estimator_fit_minibatches: int = 1
+    """each fitting step uses N / this many environments' whole windows"""
+    estimator_fit_windows: int = 1
+    """fit on the fresh window plus this many − 1 earlier ones"""
+    estimator_anneal_lr: bool = False
+    """decay the estimator's learning rate linearly to 0 over the run"""
+    redistribute_fit_steps: int = 4
+    """optimiser steps that fit a learned redistributor per update"""
+    redistribute_fit_minibatches: int = 1
+    """each fitting step uses N / this many environments' whole windows"""
+    redistribute_fit_windows: int = 1
+    """fit on the fresh window plus this many − 1 earlier ones"""
+    redistribute_anneal_lr: bool = False
+    """decay the redistributor's learning rate linearly to 0 over the run"""
+    eval_every: Optional[int] = None
+    """evaluate every this many updates (default: 20 evaluations per run; 0: never)"""
+    eval_episodes: int = 16
+    """episodes per evaluation, each with sampled and with greedy actions"""
+    eval_max_steps: Optional[int] = None
+    """step cap of an evaluation episode (default: the env's time limit, else 1000)"""
 
     def resolved(self) -> "TrainConfig":
-        """Fills algorithm defaults, validates, and returns the concrete config."""
-        if self.algo not in ALGOS:
+        """Fills the algorithm preset, validates, and returns the concrete config."""
+        if self.algo not in ALGO_PRESETS:
             raise ValueError(f"unknown algo {self.algo!r}; choose one of {list(ALGOS)}")
-        fills = {k: v for k, v in _ALGO_DEFAULTS[self.algo].items() if getattr(self, k) is None}
+        fills = {k: v for k, v in ALGO_PRESETS[self.algo].items() if getattr(self, k) is None}
         cfg = dataclasses.replace(
-            self, total_timesteps=int(self.total_timesteps),
+            self, total_timesteps=_whole(self.total_timesteps, "total_timesteps"),
             hidden_sizes=tuple(int(h) for h in self.hidden_sizes),
-            estimator_options=tuple(sorted(dict(self.estimator_options).items())),
-            env_options=tuple(sorted(dict(self.env_options).items())), **fills,
+            estimator_options=_options(self.estimator_options),
+            relabel_options=_options(self.relabel_options),
+            redistribute_options=_options(self.redistribute_options),
+            env_options=_options(self.env_options), **fills,
         )
         cfg.validate()
+        if cfg.eval_every is None:
+            cfg = dataclasses.replace(cfg, eval_every=default_eval_every(cfg.num_updates))
         return cfg
 
     def validate(self) -> None:
         """Raises ValueError with a one-line message on an inconsistent config."""
         for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs",
-                     "num_minibatches"):
+                     "num_minibatches", "eval_episodes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, np.integer)) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.eval_every is not None and (not isinstance(self.eval_every, int)
+                                            or self.eval_every < 0):
+            raise ValueError(f"eval_every must be a non-negative integer, got {self.eval_every!r}")
+        if self.eval_max_steps is not None and self.eval_max_steps <= 0:
+            raise ValueError(f"eval_max_steps must be positive, got {self.eval_max_steps!r}")
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}")
         activation_fn(self.activation)  # raises on an unknown name
@@ -103,10 +161,13 @@ class TrainConfig:
             raise ValueError(
                 f"total_timesteps={self.total_timesteps} is less than one update "
                 f"(num_envs × num_steps = {self.num_envs * self.num_steps})")
-        if self.num_minibatches is not None and self.num_envs % self.num_minibatches:
+        if self.num_minibatches is not None and (self.num_envs * self.num_steps) \
+                % self.num_minibatches:
             raise ValueError(
-                f"num_envs={self.num_envs} is not divisible by num_minibatches="
-                f"{self.num_minibatches} (minibatches split the environments)")
+                f"num_envs × num_steps = {self.num_envs * self.num_steps} is not divisible by "
+                f"num_minibatches={self.num_minibatches}")
+        self.estimator_fit.validate("estimator", self.num_envs)
+        self.redistribute_fit.validate("redistribute", self.num_envs)
 
     @property
     def num_updates(self) -> int:
@@ -115,6 +176,16 @@ class TrainConfig:
     @property
     def steps_per_update(self) -> int:
         return self.num_envs * self.num_steps
+
+    @property
+    def estimator_fit(self) -> FitSchedule:
+        return FitSchedule(self.estimator_fit_steps, self.estimator_fit_minibatches,
+                           self.estimator_fit_windows, self.estimator_anneal_lr)
+
+    @property
+    def redistribute_fit(self) -> FitSchedule:
+        return FitSchedule(self.redistribute_fit_steps, self.redistribute_fit_minibatches,
+                           self.redistribute_fit_windows, self.redistribute_anneal_lr)
 
     @property
     def estimator_kwargs(self) -> dict:
@@ -126,44 +197,63 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["estimator_options"] = dict(self.estimator_options)
-        d["env_options"] = dict(self.env_options)
+        for name in OPTION_FIELDS:
+            d[name] = dict(getattr(self, name))
         d["hidden_sizes"] = list(self.hidden_sizes)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         d = dict(d)
-        d["estimator_options"] = tuple(sorted(d.get("estimator_options", {}).items()))
-        d["env_options"] = tuple(sorted(d.get("env_options", {}).items()))
+        for name in OPTION_FIELDS:
+            d[name] = _options(d.get(name, {}))
         d["hidden_sizes"] = tuple(d.get("hidden_sizes", (64, 64)))
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v)
+                      for k, v in d.items() if k in known})
+
+
+OPTION_FIELDS = ("estimator_options", "relabel_options", "redistribute_options", "env_options")
+
+
+def _options(options) -> Options:
+    """Options as sorted ``(name, value)`` pairs (lists become tuples, so configs hash)."""
+    items = options.items() if isinstance(options, dict) else options
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in items))
+
+
+def _whole(value, name: str) -> int:
+    if isinstance(value, float) and value != int(value):
+        raise ValueError(f"{name} must be a whole number, got {value}")
+    return int(value)
 
 
 @struct.dataclass
 class Hparams:
-    """Sweepable hyper-parameters, float32 leaves (scalars, or stacked ``[S]`` for a sweep).
-
-    Attributes:
-      lr: Adam learning rate (annealed linearly to 0 when ``config.anneal_lr``).
-      gamma: discount γ ∈ [0, 1].
-      lambda_: trace parameter λ ∈ [0, 1] of λ-returns / GAE.
-      ent_coef: weight of the entropy bonus.
-      vf_coef: weight of the value loss.
-      clip_eps: PPO ratio clip ε (also the value-clip range); unused by a2c / reinforce.
-      max_grad_norm: global gradient-norm clip.
-      est_coef: weight of a learned estimator's loss (it shares the agent's optimiser).
-    """
+    """Sweepable hyper-parameters, float32 leaves (scalars, or stacked ``[S]`` for a sweep)."""
 
     lr: Any = 2.5e-4
+    """the agent's Adam learning rate (annealed linearly to 0 with anneal_lr)"""
     gamma: Any = 0.99
+    """discount γ in [0, 1]"""
     lambda_: Any = 0.95
+    """trace parameter λ in [0, 1] of λ-returns and GAE"""
     ent_coef: Any = 0.01
+    """weight of the entropy bonus"""
     vf_coef: Any = 0.5
+    """weight of the value loss"""
     clip_eps: Any = 0.2
+    """PPO's ratio clip ε (also the value-clip range); unused by pg"""
     max_grad_norm: Any = 0.5
-    est_coef: Any = 1.0
+    """the agent's global gradient-norm clip"""
+    estimator_lr: Any = 1e-3
+    """Adam learning rate of a learned estimator's model (its own optimiser)"""
+    estimator_max_grad_norm: Any = 1.0
+    """global gradient-norm clip of a learned estimator's model"""
+    redistributor_lr: Any = 1e-3
+    """Adam learning rate of a learned redistributor's model"""
+    redistributor_max_grad_norm: Any = 1.0
+    """global gradient-norm clip of a learned redistributor's model"""
 
     @classmethod
     def create(cls, **values) -> "Hparams":
@@ -181,6 +271,14 @@ class Hparams:
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Hparams))
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hparams)}
+POSITIVE = ("lr", "max_grad_norm", "estimator_lr", "estimator_max_grad_norm", "redistributor_lr",
+            "redistributor_max_grad_norm")
+NON_NEGATIVE = ("ent_coef", "vf_coef", "clip_eps")
+
+
+def _shown(values: np.ndarray) -> str:
+    """Values as the user typed them (float32 leaves print as 1.2000000476837158 otherwise)."""
+    return ", ".join(f"{float(v):.6g}" for v in values)
 
 
 def validate_hparams(hp: Hparams) -> None:
@@ -190,18 +288,18 @@ def validate_hparams(hp: Hparams) -> None:
 
     for name in FIELDS:
         if not np.all(np.isfinite(values(name))):
-            raise ValueError(f"{name} must be finite, got {values(name).tolist()}")
+            raise ValueError(f"{name} must be finite, got {_shown(values(name))}")
     for name in ("gamma", "lambda_"):
         v = values(name)
         if np.any((v < 0) | (v > 1)):
             shown = "lambda" if name == "lambda_" else name
-            raise ValueError(f"{shown} must lie in [0, 1], got {v.tolist()}")
-    for name in ("lr", "max_grad_norm"):
+            raise ValueError(f"{shown} must lie in [0, 1], got {_shown(v)}")
+    for name in POSITIVE:
         if np.any(values(name) <= 0):
-            raise ValueError(f"{name} must be positive, got {values(name).tolist()}")
-    for name in ("ent_coef", "vf_coef", "clip_eps", "est_coef"):
+            raise ValueError(f"{name} must be positive, got {_shown(values(name))}")
+    for name in NON_NEGATIVE:
         if np.any(values(name) < 0):
-            raise ValueError(f"{name} must be non-negative, got {values(name).tolist()}")
+            raise ValueError(f"{name} must be non-negative, got {_shown(values(name))}")
 
 
 def stack_hparams(settings: list[Hparams]) -> Hparams:

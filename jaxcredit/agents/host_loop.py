@@ -37,7 +37,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
-from jaxcredit import plotting, runlog, sweep
+from jaxcredit import loggers as jaxlog
+from jaxcredit import plotting, runlog, stats, sweep
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.checkpoint import Checkpointer
@@ -79,12 +80,56 @@ def _chunk_fn(engine, num_updates: int, mesh):
     return sweep.population_jit(lambda s, h: engine.run(s, h, num_updates), mesh, num_args=2)
 
 
-def chunk_lengths(num_updates: int, num_chunks: int) -> list[int]:
-    """Updates per chunk: ``ceil(U / num_chunks)`` each, the remainder last."""
-    size = math.ceil(num_updates / max(1, min(num_chunks, num_updates)))
-    lengths = [size] * (num_updates // size)
-    if num_updates % size:
-        lengths.append(num_updates % size)
+_COMPILED: dict = {}
+
+
+def _compiled_chunk(engine, num_updates: int, mesh, state, hparams):
+    """The chunk program compiled ahead of time for these argument shapes (cached)."""
+    shapes = jax.tree.map(lambda x: (x.shape, str(x.dtype)), (state, hparams))
+    key = (engine, num_updates, mesh, str(shapes))
+    if key not in _COMPILED:
+        if len(_COMPILED) >= 16:  # long-lived processes (experiments) run many configs
+            _COMPILED.clear()
+        _COMPILED[key] = _chunk_fn(engine, num_updates, mesh).lower(state, hparams).compile()
+    return _COMPILED[key]
+
+
+def headline_metric(metric_names) -> str:
+    """The return a run reports: the evaluation return when the run evaluates, else the mean
+    return of the training episodes."""
+    return "eval/return" if "eval/return" in metric_names else "episode_return"
+
+
+def check_oracle_settings(engine, settings) -> None:
+    """An exact return-hindsight oracle is exact only for γ = 1 (``agents.ground_truth``)."""
+    if engine.estimator.is_oracle and engine.estimator.exact_model == "return_hindsight":
+        gammas = sorted({float(s.get("gamma", 1.0)) for s in settings})
+        if gammas != [1.0]:
+            raise ValueError(f"{engine.estimator.name} with model='oracle' needs gamma=1 (the "
+                             f"exact return hindsight is that of the undiscounted return); got "
+                             f"gamma {gammas}")
+
+
+def chunk_lengths(num_updates: int, num_chunks: int, eval_every: int = 0) -> list[int]:
+    """Updates per chunk: whole evaluation blocks, in at most two lengths.
+
+    With evaluation every E updates a run is B = U // E blocks plus a remainder of U mod E
+    updates, which joins the last chunk. Chunks hold k blocks each, k = ceil(B / num_chunks), or
+    a slightly larger divisor of B when one exists (all chunks equal: one compile, not two).
+    Either way every chunk length is compiled before the run starts.
+    """
+    block = eval_every or 1
+    blocks, rest = divmod(num_updates, block)
+    if blocks == 0:
+        return [num_updates]
+    wanted = max(1, min(num_chunks, blocks))
+    per = math.ceil(blocks / wanted)
+    per = next((k for k in range(per, math.ceil(2 * blocks / wanted) + 1) if blocks % k == 0),
+               per)
+    lengths = [per * block] * (blocks // per)
+    if blocks % per:
+        lengths.append((blocks % per) * block)
+    lengths[-1] += rest
     return lengths
 
 
@@ -109,7 +154,7 @@ def prepare_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
 def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, *,
                    resume: bool = False, force: bool = False, progress: bool = True,
                    max_chunks: int | None = None, plot: bool = True, mesh: Any = None,
-                   env: Any = None, env_params: Any = None) -> dict:
+                   env: Any = None, env_params: Any = None, loggers: tuple = ()) -> dict:
     """Trains (or resumes) a run into ``out`` and returns a small summary dict.
 
     Args:
@@ -122,6 +167,13 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
       plot: write ``curves.png`` at the end.
       mesh: device mesh for the population axis (default: all devices).
       env, env_params: an environment instance instead of ``config.env``.
+      loggers: extra per-member loggers, ``("tensorboard", "wandb")`` (``jaxcredit.loggers``).
+
+    Returns:
+      ``{"out", "updates", "finished", "metric", "final_return", "members", "compile_seconds",
+      "ranking"}``: ``final_return`` is the mean over members of the last value of ``metric``
+      (the evaluation return where the run evaluates); ``ranking`` lists the settings from best
+      to worst by it, one line each, when there are several.
     """
     out = pathlib.Path(out)
     if resume:
@@ -136,6 +188,7 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
               else _engine(config.resolved()))
     config = engine.config
     population = sweep.make_population(spec.settings, spec.num_seeds, spec.seed)
+    check_oracle_settings(engine, population.settings)
     mesh = sweep.sweep_mesh() if mesh is None else mesh
     sweep.check_divisible(population.size, mesh)
     # Multi-host: every process runs this function; process 0 writes the files (docs/engine.md).
@@ -155,9 +208,13 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     hparams = sweep.shard(population.hparams, mesh)
     state = _init_fn(engine, mesh)(sweep.shard(population.keys, mesh))
     metric_names = sorted(jax.eval_shape(
-        lambda s, h: engine.update_step(s, h)[1],
+        lambda s, h: engine.run(s, h, 1)[1],
         jax.tree.map(lambda x: x[0], state), jax.tree.map(lambda x: x[0], hparams)))
+    headline = headline_metric(metric_names)
     writer = runlog.MetricsWriter(out / "metrics.csv", metric_names) if writes else None
+    members = list(zip(population.hparam_index.tolist(), population.seed_index.tolist()))
+    extra_loggers = (jaxlog.make_loggers(loggers, out, members, config.to_dict())
+                     if writes and loggers else [])
     checkpointer = Checkpointer(out / "checkpoints")
     done_updates = 0
     if resume and checkpointer.latest_step() is not None:
@@ -166,7 +223,7 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     if resume and writes:
         writer.truncate(done_updates)
 
-    lengths = chunk_lengths(config.num_updates, spec.num_chunks)
+    lengths = chunk_lengths(config.num_updates, spec.num_chunks, config.eval_every)
     boundaries = np.cumsum([0] + lengths)
     if done_updates not in boundaries:
         raise ValueError(f"checkpoint at update {done_updates} is not a chunk boundary of "
@@ -175,38 +232,68 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     if max_chunks is not None:
         todo = todo[:max_chunks]
     steps_per_update = config.steps_per_update
+    # Compile every chunk length first, so that no compile falls inside a timed chunk.
+    compile_start = time.perf_counter()
+    programs = {n: _compiled_chunk(engine, n, mesh, state, hparams) for n in sorted(set(todo))}
+    compile_seconds = time.perf_counter() - compile_start
+    if progress and todo:
+        print(f"{out.name}: compiled {len(programs)} chunk program(s) in {compile_seconds:.1f} s",
+              flush=True)
     bar = tqdm(total=config.num_updates * steps_per_update * population.size, unit="step",
                unit_scale=True, initial=done_updates * steps_per_update * population.size,
                disable=not progress, dynamic_ncols=True, desc=out.name)
-    last_return = float("nan")  # mean over members of the latest finished episode's return
+    last_return = float("nan")  # mean over members of the latest value of the headline metric
     try:
         for length in todo:
             start = time.perf_counter()
-            state, metrics = _chunk_fn(engine, length, mesh)(state, hparams)
+            state, metrics = programs[length](state, hparams)
             metrics = (multihost_utils.process_allgather(metrics, tiled=True)
                        if jax.process_count() > 1 else jax.device_get(metrics))
             elapsed = time.perf_counter() - start
             if writes:
                 writer.append(metrics, population.hparam_index, population.seed_index,
                               done_updates, steps_per_update)
+                jaxlog.log_chunk(extra_loggers, metrics, done_updates, steps_per_update)
             done_updates += length
             checkpointer.save(done_updates, state, {"update": done_updates})
-            returns = np.asarray(metrics["episode_return"], np.float64)
+            returns = np.asarray(metrics[headline], np.float64)
             if np.isfinite(returns).any():
                 last_return = float(np.nanmean(plotting.forward_fill(returns)[:, -1]))
             chunk_steps = length * steps_per_update * population.size
-            bar.set_postfix(sps=f"{chunk_steps / elapsed:,.0f}", ret=f"{last_return:.1f}")
+            bar.set_postfix(sps=f"{chunk_steps / elapsed:,.0f}",
+                            **{headline.replace("/", "_"): f"{last_return:.3g}"})
             bar.update(chunk_steps)
     finally:
         bar.close()
         checkpointer.close()
+        for logger in extra_loggers:
+            logger.close()
     finished = done_updates == config.num_updates
+    ranking = []
     if done_updates > 0 and writes:
-        curves = plotting.curves_by_setting(runlog.read_metrics(out / "metrics.csv"),
-                                            "episode_return")
+        curves = plotting.curves_by_setting(runlog.read_metrics(out / "metrics.csv"), headline)
         last_return = float(np.nanmean([v[:, -1] for _, v in curves.values()]))
+        ranking = setting_ranking(curves, population.settings, spec.swept, headline)
         if plot:
-            plotting.plot_runs([out], out / "curves.png")
+            plotting.plot_runs([out], out / "curves.png", headline)
     return {"out": str(out), "updates": done_updates, "finished": finished,
-            "final_return": last_return, "members": population.size}
+            "final_return": last_return, "metric": headline, "members": population.size,
+            "compile_seconds": compile_seconds if todo else 0.0, "ranking": ranking}
+
+
+def setting_ranking(curves: dict, settings, swept, metric: str) -> list[str]:
+    """One line per hyper-parameter setting, best final ``metric`` first (sweeps only)."""
+    if len(curves) < 2:
+        return []
+    rows = []
+    for h, (_, values) in curves.items():
+        final = values[:, -1]
+        final = final[np.isfinite(final)]
+        mean = float(final.mean()) if final.size else float("nan")
+        half = stats.bootstrap_ci_halfwidth(final)
+        label = " ".join(f"{k}={settings[h][k]:.4g}" for k in swept) or f"setting {h}"
+        rows.append((mean, f"  {label}: final {metric} {mean:.4g} ± {half:.2g} "
+                           f"(95% bootstrap CI, {final.size} seeds)"))
+    rows.sort(key=lambda r: -np.inf if np.isnan(r[0]) else -r[0])
+    return [f"settings ranked by final {metric}:"] + [line for _, line in rows]
 

@@ -15,7 +15,7 @@ over the episodes that ended in the window), so any gymnax environment works wit
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +46,7 @@ class Transitions:
     """What the actor records per step, all ``[T, N, ...]``; critic values are added later.
 
     ``final_obs[t]`` is s'_{t+1}: the next observation, or the pre-reset one if the episode ended.
+    ``state[t]`` is the tabular index of s_t on environments with ground truth, else None.
     """
 
     obs: Array
@@ -56,6 +57,7 @@ class Transitions:
     log_prob: Array
     logits: Array
     final_obs: Array
+    state: Optional[Array] = None
 
 
 @struct.dataclass
@@ -85,6 +87,7 @@ def rollout(
     runner: EnvRunner,
     key: Array,
     num_steps: int,
+    state_index: Optional[Callable[[Any], Array]] = None,
 ) -> tuple[EnvRunner, Transitions, EpisodeSummary]:
     """Acts for ``num_steps`` steps in every environment.
 
@@ -94,12 +97,14 @@ def rollout(
       runner: current environments.
       key: PRNG key for actions and environment transitions.
       num_steps: T.
+      state_index: the environment's ``state_index`` (records ``Transitions.state``), or None.
 
     Returns:
       ``(runner, transitions [T, N], summary of the episodes that ended)``.
     """
     num_envs = runner.obs.shape[0]
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    index_states = None if state_index is None else jax.vmap(state_index)
 
     def one_step(runner: EnvRunner, step_key: Array):
         act_key, env_key = jax.random.split(step_key)
@@ -121,6 +126,7 @@ def rollout(
             obs=runner.obs, action=action, reward=reward,
             terminated=terminated.astype(bool), truncated=truncated.astype(bool),
             log_prob=log_prob, logits=logits, final_obs=info["final_observation"],
+            state=None if index_states is None else index_states(runner.env_state),
         )
         ended = (jnp.where(done, episode_return, 0.0).sum(),
                  jnp.where(done, episode_length, 0).sum(), done.sum())

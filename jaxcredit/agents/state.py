@@ -1,8 +1,8 @@
-"""The engine's records: the train state (everything a run needs to continue) and a collected batch.
+"""The engine's records: the train state (everything a run needs to continue) and a collected window.
 
-Checkpointing this record (params, optimiser state, environments, RNG key, update count) and
-restoring it later reproduces the uninterrupted run exactly: nothing else carries information
-from one update to the next.
+Checkpointing the train state (the agent's and the credit models' parameters and optimiser
+states, the environments, the RNG keys, the update count) and restoring it later reproduces the
+uninterrupted run exactly: nothing else carries information from one update to the next.
 """
 
 from __future__ import annotations
@@ -13,7 +13,16 @@ import jax
 from flax import struct
 
 from jaxcredit.agents.rollout import EnvRunner, EpisodeSummary
-from jaxcredit.types import Credit, Trajectory
+from jaxcredit.fitting import FitState
+from jaxcredit.types import Trajectory
+
+
+@struct.dataclass
+class AgentState:
+    """The actor-critic's parameters and its Adam state."""
+
+    params: Any
+    opt_state: Any
 
 
 @struct.dataclass
@@ -21,33 +30,36 @@ class TrainState:
     """State of one run (one seed × one hyper-parameter setting).
 
     Attributes:
-      params: ``{"agent": actor-critic params, "estimator": learned-estimator params}`` ({} if
-        the estimator has no parameters).
-      opt_state: Adam state over ``params`` (one optimiser for both; see ``agents.train``).
+      agent: the actor-critic and its optimiser.
+      estimator: the estimator's fitted model (empty params for estimators without one).
+      redistributor: the redistributor's fitted model (empty without one).
       runner: the environments, their current observations and running episode statistics.
       key: typed PRNG key for the next update.
+      eval_key: typed PRNG key of the evaluations (``fold_in(eval_key, update)``), kept apart so
+        that evaluating never changes the training run.
       update: int32 number of updates done so far (drives learning-rate annealing).
     """
 
-    params: dict
-    opt_state: Any
+    agent: AgentState
+    estimator: FitState
+    redistributor: FitState
     runner: EnvRunner
     key: jax.Array
+    eval_key: jax.Array
     update: jax.Array
 
 
 @struct.dataclass
-class Batch:
-    """One update's data, before optimisation (``Engine.collect``).
+class Window:
+    """One update's rollout, ready for credit assignment (``Engine.collect``).
 
     Attributes:
-      trajectory: the ``[T, N]`` window with behaviour-time values.
-      credit: what the estimator assigned to it (already under stop_gradient).
+      trajectory: the ``[T, N]`` window (relabelled if a relabel stage is set) with
+        behaviour-time values.
       runner: the environments after the window.
       episodes: sums over the episodes that ended in the window.
     """
 
     trajectory: Trajectory
-    credit: Credit
     runner: EnvRunner
     episodes: EpisodeSummary

@@ -1,50 +1,59 @@
-"""The training engine: ``make_train(config) -> train(key, hparams) -> (final_state, metrics)``.
+"""The on-policy training engine: ``make_train(config) -> train(key, hparams) -> (state, metrics)``.
 
-One update (``Engine.update_step``) is, in one compiled function::
+One update (``Engine.update_step``) is one compiled function that runs the credit pipeline
+(docs/design.md) between acting and optimising::
 
-    ACT       lax.scan over T steps of vmapped envs, policy tower only     (agents.rollout)
-    EVALUATE  V(s_t) and V(s'_{t+1}) on the whole window in two batched calls
-    CREDIT    estimator.assign(params, trajectory, hparams) under stop_gradient
-    OPTIMISE  epochs × minibatches of Adam steps on
-                policy loss + vf_coef · value loss − ent_coef · entropy + est_coef · estimator loss
+    ACT          lax.scan over T steps of vmapped envs, policy tower only     (agents.rollout)
+    RELABEL      relabel(trajectory, key)                                      (optional stage)
+    EVALUATE     V(s_t) and V(s'_{t+1}) on the whole window in two batched calls
+    REDISTRIBUTE fit the redistributor's model, then new rewards               (optional stage)
+    ESTIMATE     fit the estimator's model (or load the exact one: oracle), then
+                 credit = estimator.assign(params, trajectory, hparams, key) under stop_gradient
+    OPTIMISE     epochs × minibatches of Adam steps on the objective's loss
 
-A run is ``lax.scan`` of ``update_step`` over updates, so ``jax.jit(jax.vmap(train))`` over keys
-and stacked ``Hparams`` is a seed × hyper-parameter sweep in one compile. The host loop runs the
-same ``update_step`` in chunks (``Engine.run``) and gets bit-identical numbers.
+A run is ``lax.scan`` of ``update_step`` over updates, in blocks of ``eval_every`` updates each
+followed by an evaluation (``Engine.evaluate``), so ``jax.jit(jax.vmap(train))`` over keys and
+stacked ``Hparams`` is a seed × hyper-parameter sweep in one compile. The host loop runs the same
+blocks in chunks (``Engine.run``) and gets bit-identical numbers.
 
-Minibatches. Policy and value losses use minibatches of transitions shuffled over the whole
-``T × N`` window (as PureJaxRL and CleanRL do). A learned estimator's loss needs whole sequences, so
-each minibatch also carries a disjoint slice of N / M environments (shuffled per epoch) with their
-full T-step trajectories; its loss is computed on that slice in the same gradient step. Hence
-``num_envs`` must be divisible by ``num_minibatches``.
+Fitted models. A learned estimator or redistributor is fitted with its own Adam state, learning
+rate and clip (``Hparams``) and its own schedule (``TrainConfig.*_fit_*``; ``jaxcredit.fitting``)
+*before* it is used on the fresh window. Its gradient never reaches the agent and the agent's
+never reaches it.
 
-Learned estimators share the agent's Adam optimiser and learning-rate schedule; ``est_coef``
-weights their loss. Their gradient reaches only their own parameters, because ``assign`` is
-evaluated under ``stop_gradient`` and the agent's losses do not read the estimator's parameters.
+Minibatches. The objective sees minibatches of transitions shuffled over the whole ``T × N``
+window (as PureJaxRL and CleanRL do).
 
-Metrics are per-update scalars reduced inside the program (no host callbacks, no per-step
-arrays): ``episode_return`` / ``episode_length`` are means over the episodes that ended during the
-update's rollout (NaN if none ended), ``episodes`` their count; optimisation metrics are means over
-all epochs × minibatches; ``credit/*`` are the estimator's diagnostics.
+Metrics are per-update scalars reduced inside the program (no host callbacks, no per-step arrays):
+``episode_return`` / ``episode_length`` are means over the training episodes that ended during
+the update's rollout (NaN if none ended), ``episodes`` their count; the objective's metrics are
+means over epochs × minibatches; ``credit/*`` are the estimator's diagnostics; ``estimator/*`` and
+``redistribute/*`` the fitting metrics; ``eval/*`` and ``estimator/kl_to_exact`` are set at the
+updates that end an evaluation block and NaN elsewhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcredit.agents import losses
+from jaxcredit.agents import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams, TrainConfig
-from jaxcredit.envs import make as make_env
+from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.rollout import Transitions, reset_runner, rollout
-from jaxcredit.agents.state import Batch, TrainState
+from jaxcredit.agents.state import AgentState, TrainState, Window
+from jaxcredit.envs import make as make_env
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
+from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state
 from jaxcredit.networks import ActorCritic
+from jaxcredit.objectives import Objective, PolicyOutputs, losses, make_objective
+from jaxcredit.redistribute import Redistributor, make_redistributor
+from jaxcredit.relabel import Relabeller, make_relabeller
 from jaxcredit.types import Credit, Trajectory
 
 Array = jax.Array
@@ -52,6 +61,8 @@ Metrics = dict[str, Array]
 
 # Adam's ε as in PureJaxRL / CleanRL PPO (1e-5 rather than optax's 1e-8).
 ADAM_EPS = 1e-5
+# Evaluation episodes are cut here when the environment states no time limit.
+DEFAULT_EVAL_MAX_STEPS = 1000
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -62,24 +73,61 @@ class Engine:
       config: the resolved ``TrainConfig``.
       env, env_params: the gymnax environment.
       network: the ``ActorCritic`` module.
-      estimator: the credit ``Estimator``.
+      objective, estimator: the objective and estimate stages.
+      relabeller, redistributor: the optional stages (None when not set).
+      ground_truth: exact quantities of the environment (None without a tabular MDP).
       init: ``key -> TrainState``.
-      collect: ``(TrainState, Hparams, key) -> Batch``: act, evaluate the critic, assign credit.
+      collect: ``(TrainState, Hparams, key) -> Window``: act, relabel, evaluate the critic.
+      assign_credit: ``(TrainState, Trajectory, Hparams, key) -> (Trajectory, Credit, TrainState,
+        metrics)``: fit and apply the redistribute and estimate stages.
       update_step: ``(TrainState, Hparams) -> (TrainState, metrics)``, one update.
+      evaluate: ``(TrainState, Hparams) -> metrics``, the evaluation at the current policy.
     """
 
     config: TrainConfig
     env: Any
     env_params: Any
     network: ActorCritic
+    objective: Objective
     estimator: Estimator
+    relabeller: Optional[Relabeller]
+    redistributor: Optional[Redistributor]
+    ground_truth: Optional[gt_lib.GroundTruth]
     init: Callable[[Array], TrainState]
-    collect: Callable[[TrainState, Hparams, Array], Batch]
+    collect: Callable[[TrainState, Hparams, Array], Window]
+    assign_credit: Callable[..., tuple[Trajectory, Credit, TrainState, Metrics]]
     update_step: Callable[[TrainState, Hparams], tuple[TrainState, Metrics]]
+    evaluate: Callable[[TrainState, Hparams], Metrics]
 
     def run(self, state: TrainState, hparams: Hparams, num_updates: int):
-        """``num_updates`` updates from ``state``: ``(state, metrics [num_updates])``."""
-        return jax.lax.scan(lambda s, _: self.update_step(s, hparams), state, None, num_updates)
+        """``num_updates`` updates from ``state``: ``(state, metrics [num_updates])``.
+
+        Updates run in blocks of ``eval_every``, each ending with an evaluation whose metrics
+        sit at the block's last update (NaN elsewhere); a final partial block is evaluated too.
+        Evaluation points count from ``state`` (the host loop starts chunks on block ends).
+        """
+        every = self.config.eval_every
+        scan_updates = lambda s, n: jax.lax.scan(  # noqa: E731
+            lambda c, _: self.update_step(c, hparams), s, None, n)
+        if not every:
+            return scan_updates(state, num_updates)
+
+        def evaluated(state, length):
+            state, metrics = scan_updates(state, length)
+            for name, value in self.evaluate(state, hparams).items():
+                metrics[name] = jnp.full((length,), jnp.nan, jnp.float32).at[-1].set(value)
+            return state, metrics
+
+        blocks, rest = divmod(num_updates, every)
+        parts = []
+        if blocks:
+            state, metrics = jax.lax.scan(lambda s, _: evaluated(s, every), state, None, blocks)
+            parts.append(jax.tree.map(lambda x: x.reshape((blocks * every,) + x.shape[2:]),
+                                      metrics))
+        if rest:
+            state, metrics = evaluated(state, rest)
+            parts.append(metrics)
+        return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
     def train(self, key: Array, hparams: Hparams) -> tuple[TrainState, Metrics]:
         """A whole run from a key: ``(final_state, metrics [num_updates])``."""
@@ -102,155 +150,240 @@ def make_train(config: TrainConfig, env: Any = None, env_params: Any = None):
     return make_engine(config, env, env_params).train
 
 
+def _discrete_actions(env: Any, env_params: Any, name: str) -> int:
+    space = env.action_space(env_params)
+    if not hasattr(space, "n"):
+        raise ValueError(f"environment {name!r} has a {type(space).__name__} action space; "
+                         "jaxcredit's policies are categorical and need discrete actions")
+    return int(space.n)
+
+
 def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) -> Engine:
-    """Builds the ``Engine`` (init, update step, run, train) for ``config``."""
+    """Builds the ``Engine`` (init, collect, assign_credit, update step, evaluate, run, train)."""
     config = config.resolved()
     if env is None:
         env, default_params = make_env(config.env, **config.env_kwargs)
         env_params = default_params if env_params is None else env_params
     elif env_params is None:
         env_params = env.default_params
+    num_actions = _discrete_actions(env, env_params, config.env)
+    objective = make_objective(config.objective, critic=config.critic,
+                               normalize_advantage=config.normalize_advantage,
+                               clip_value_loss=config.clip_value_loss)
     estimator = make_estimator(config.estimator, **config.estimator_kwargs)
+    relabeller = (make_relabeller(config.relabel, **dict(config.relabel_options))
+                  if config.relabel else None)
+    redistributor = (make_redistributor(config.redistribute, **dict(config.redistribute_options))
+                     if config.redistribute else None)
+    needs_return_law = estimator.exact_model == "return_hindsight"
+    ground_truth = gt_lib.make_ground_truth(env, env_params, needs_return_law)
+    exact_twin = _exact_twin(estimator, ground_truth, config)
     obs_shape = tuple(env.observation_space(env_params).shape)
-    num_actions = int(env.action_space(env_params).n)
     network = ActorCritic(num_actions, config.hidden_sizes, config.activation,
                           obs_ndim=max(len(obs_shape), 1))
     T, N = config.num_steps, config.num_envs
     M, E = config.num_minibatches, config.update_epochs
-    clip_policy = config.algo == "ppo"
+    state_index = env.state_index if ground_truth is not None else None
+    eval_steps = config.eval_max_steps or int(
+        getattr(env_params, "max_steps_in_episode", 0) or DEFAULT_EVAL_MAX_STEPS)
 
     def example_trajectory(obs_dtype) -> Trajectory:
         zeros = jnp.zeros((T, N), jnp.float32)
+        obs = jnp.zeros((T, N) + obs_shape, obs_dtype)
         return Trajectory(
-            obs=jnp.zeros((T, N) + obs_shape, obs_dtype), action=jnp.zeros((T, N), jnp.int32),
-            reward=zeros, terminated=zeros.astype(bool), truncated=zeros.astype(bool),
-            value=zeros, next_value=zeros, log_prob=zeros,
-            logits=jnp.zeros((T, N, num_actions), jnp.float32))
+            obs=obs, action=jnp.zeros((T, N), jnp.int32), reward=zeros,
+            terminated=zeros.astype(bool), truncated=zeros.astype(bool), value=zeros,
+            next_value=zeros, log_prob=zeros, logits=jnp.zeros((T, N, num_actions), jnp.float32),
+            next_obs=obs,
+            state=None if ground_truth is None else jnp.zeros((T, N), jnp.int32))
 
     def init(key: Array) -> TrainState:
-        net_key, est_key, env_key, run_key = jax.random.split(key, 4)
+        net_key, est_key, rd_key, env_key, run_key, eval_key = jax.random.split(key, 6)
         runner = reset_runner(env, env_params, env_key, N)
-        params = {
-            "agent": network.init(net_key, runner.obs),
-            "estimator": estimator.init(est_key, example_trajectory(runner.obs.dtype)),
-        }
-        opt_state = optax.scale_by_adam(eps=ADAM_EPS).init(params)
-        state = TrainState(params=params, opt_state=opt_state, runner=runner, key=run_key,
-                           update=jnp.zeros((), jnp.int32))
+        agent_params = network.init(net_key, runner.obs)
+        example = example_trajectory(runner.obs.dtype)
+        est_params = {} if estimator.is_oracle else estimator.init(est_key, example)
+        rd_params = redistributor.init(rd_key, example) if redistributor else {}
+        state = TrainState(
+            agent=AgentState(agent_params, optax.scale_by_adam(eps=ADAM_EPS).init(agent_params)),
+            estimator=init_fit_state(est_params, example, config.estimator_fit)
+            if estimator.learned else FitState(est_params, {}),
+            redistributor=init_fit_state(rd_params, example, config.redistribute_fit)
+            if redistributor is not None and redistributor.learned else FitState(rd_params, {}),
+            runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32))
         # Strong dtypes everywhere (gymnax states hold weakly typed Python scalars): a restored
         # checkpoint has strong dtypes, and the same types mean the same compiled program.
         return jax.tree.map(_strong, state)
 
-    def evaluate(agent_params, transitions: Transitions) -> Trajectory:
-        if config.critic:
-            value = network.apply(agent_params, transitions.obs, method=ActorCritic.value)
-            next_value = network.apply(agent_params, transitions.final_obs,
-                                       method=ActorCritic.value)
+    def with_values(agent_params, traj: Trajectory) -> Trajectory:
+        if not config.critic:
+            zeros = jnp.zeros_like(traj.reward)
+            return traj.replace(value=zeros, next_value=zeros)
+        value = network.apply(agent_params, traj.obs, method=ActorCritic.value)
+        next_value = network.apply(agent_params, traj.next_obs, method=ActorCritic.value)
+        return traj.replace(value=value, next_value=next_value)
+
+    def collect(state: TrainState, hparams: Hparams, key: Array) -> Window:
+        del hparams
+        act_key, relabel_key = jax.random.split(key)
+
+        def policy(obs):
+            return network.apply(state.agent.params, obs, method=ActorCritic.policy)
+
+        runner, tr, episodes = rollout(env, env_params, policy, state.runner, act_key, T,
+                                       state_index)
+        traj = _trajectory(tr)
+        if relabeller is not None:
+            traj = relabeller.relabel(traj, relabel_key)
+        traj = with_values(state.agent.params, traj)
+        return Window(trajectory=traj, runner=runner, episodes=episodes)
+
+    def lr_scale(state: TrainState, anneal: bool):
+        return 1.0 - state.update.astype(jnp.float32) / config.num_updates if anneal else 1.0
+
+    def exact_params(state: TrainState, hparams: Hparams, kind: str):
+        mdp = ground_truth.mdp()
+        pi = gt_lib.policy_table(network, state.agent.params, mdp)
+        return gt_lib.exact_model_params(kind, ground_truth, mdp, pi, hparams.gamma)
+
+    def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
+        rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
+        metrics = {}
+        rd_state, est_state = state.redistributor, state.estimator
+        if redistributor is not None:
+            if redistributor.learned:
+                rd_state, fit_metrics = fit(
+                    redistributor.loss, rd_state, traj, hparams,
+                    hparams.redistributor_lr * lr_scale(state, config.redistribute_anneal_lr),
+                    hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute_fit)
+                metrics.update({f"redistribute/{k}": v for k, v in fit_metrics.items()})
+            traj = redistributor.redistribute(rd_state.params, traj, rd_key)
+        if estimator.is_oracle:
+            params = exact_params(state, hparams, estimator.exact_model)
         else:
-            value = next_value = jnp.zeros_like(transitions.reward)
-        return Trajectory(
-            obs=transitions.obs, action=transitions.action, reward=transitions.reward,
-            terminated=transitions.terminated, truncated=transitions.truncated, value=value,
-            next_value=next_value, log_prob=transitions.log_prob, logits=transitions.logits)
+            if estimator.learned:
+                est_state, fit_metrics = fit(
+                    estimator.loss, est_state, traj, hparams,
+                    hparams.estimator_lr * lr_scale(state, config.estimator_anneal_lr),
+                    hparams.estimator_max_grad_norm, est_fit_key, config.estimator_fit)
+                metrics.update({f"estimator/{k}": v for k, v in fit_metrics.items()})
+            params = est_state.params
+        credit = jax.lax.stop_gradient(estimator.assign(params, traj, hparams, est_key))
+        state = state.replace(estimator=est_state, redistributor=rd_state)
+        return traj, credit, state, metrics
 
-    def minibatch_loss(params, batch: Trajectory, credit: Credit, est_batch, hparams: Hparams):
-        logits, value = network.apply(params["agent"], batch.obs)
-        advantage = credit.advantage
-        if config.normalize_advantage:
-            advantage = losses.normalize_advantage(advantage)
-        pg_loss, pg_metrics = losses.policy_loss(
-            logits, batch.action, advantage, batch.log_prob, batch.logits, hparams.clip_eps,
-            clip_policy)
-        ent = losses.entropy(logits)
-        total = pg_loss - hparams.ent_coef * ent
-        metrics = {"policy_loss": pg_loss, "entropy": ent, **pg_metrics}
-        if config.critic:
-            v_loss = losses.value_loss(value, batch.value, credit.value_target, hparams.clip_eps,
-                                       config.clip_value_loss)
-            total = total + hparams.vf_coef * v_loss
-            metrics["value_loss"] = v_loss
-        if estimator.learned:
-            est_loss, est_metrics = estimator.loss(params["estimator"], est_batch, hparams)
-            total = total + hparams.est_coef * est_loss
-            metrics["estimator_loss"] = est_loss
-            metrics.update({f"estimator/{k}": v for k, v in est_metrics.items()})
-        metrics["loss"] = total
-        return total, metrics
-
-    def adam_step(params, opt_state, grads, lr, max_grad_norm):
-        grad_norm = optax.global_norm(grads)
-        scale = jnp.minimum(1.0, max_grad_norm / jnp.maximum(grad_norm, 1e-12))
-        grads = jax.tree.map(lambda g: g * scale, grads)
-        direction, opt_state = optax.scale_by_adam(eps=ADAM_EPS).update(grads, opt_state)
-        params = jax.tree.map(lambda p, d: p - lr * d, params, direction)
-        return params, opt_state, grad_norm
+    def minibatch_loss(agent_params, batch: Trajectory, credit: Credit, hparams: Hparams):
+        logits, value = network.apply(agent_params, batch.obs)
+        loss, metrics = objective.loss(PolicyOutputs(logits, value), batch, credit, hparams)
+        return loss, {**metrics, "loss": loss}
 
     def optimise(state: TrainState, traj: Trajectory, credit: Credit, key: Array, hparams):
-        frac = 1.0 - state.update.astype(jnp.float32) / config.num_updates
-        lr = hparams.lr * frac if config.anneal_lr else hparams.lr
-        # Flatten [T, N, ...] -> [T·N, ...]; the per-transition fields of the losses.
-        per_step = (traj, Credit(advantage=credit.advantage, value_target=credit.value_target))
+        lr = hparams.lr * lr_scale(state, config.anneal_lr)
+        # Only what the objective reads is shuffled into minibatches.
+        per_step = (traj.replace(next_obs=None, state=None),
+                    Credit(advantage=credit.advantage, value_target=credit.value_target))
         flat = jax.tree.map(lambda x: x.reshape((T * N,) + x.shape[2:]), per_step)
 
         def epoch(carry, epoch_key):
-            perm_key, env_key = jax.random.split(epoch_key)
-            perm = jax.random.permutation(perm_key, T * N)
+            perm = jax.random.permutation(epoch_key, T * N)
             batches = jax.tree.map(
                 lambda x: jnp.take(x, perm, axis=0).reshape((M, -1) + x.shape[1:]), flat)
-            if estimator.learned:
-                env_perm = jax.random.permutation(env_key, N)
-                est_batches = jax.tree.map(
-                    lambda x: jnp.moveaxis(
-                        jnp.take(x, env_perm, axis=1).reshape((T, M, N // M) + x.shape[2:]),
-                        1, 0), traj)
-            else:
-                est_batches = jnp.zeros((M,))
 
             def minibatch(carry, batch):
                 params, opt_state = carry
-                (mb, mb_credit), est_batch = batch
+                mb, mb_credit = batch
                 grads, metrics = jax.grad(minibatch_loss, has_aux=True)(
-                    params, mb, mb_credit, est_batch, hparams)
+                    params, mb, mb_credit, hparams)
                 params, opt_state, grad_norm = adam_step(
-                    params, opt_state, grads, lr, hparams.max_grad_norm)
+                    params, opt_state, grads, lr, hparams.max_grad_norm, ADAM_EPS)
                 return (params, opt_state), {**metrics, "grad_norm": grad_norm}
 
-            return jax.lax.scan(minibatch, carry, (batches, est_batches))
+            return jax.lax.scan(minibatch, carry, batches)
 
         (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state), jax.random.split(key, E))
+            epoch, (state.agent.params, state.agent.opt_state), jax.random.split(key, E))
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["lr"] = lr
-        return params, opt_state, metrics
-
-    def collect(state: TrainState, hparams: Hparams, key: Array) -> Batch:
-        def policy(obs):
-            return network.apply(state.params["agent"], obs, method=ActorCritic.policy)
-
-        runner, transitions, episodes = rollout(env, env_params, policy, state.runner, key, T)
-        traj = evaluate(state.params["agent"], transitions)
-        credit = jax.lax.stop_gradient(
-            estimator.assign(state.params["estimator"], traj, hparams))
-        return Batch(trajectory=traj, credit=credit, runner=runner, episodes=episodes)
+        return AgentState(params, opt_state), metrics
 
     def update_step(state: TrainState, hparams: Hparams) -> tuple[TrainState, Metrics]:
-        key, act_key, opt_key = jax.random.split(state.key, 3)
-        batch = collect(state, hparams, act_key)
-        traj, credit, episodes = batch.trajectory, batch.credit, batch.episodes
-        params, opt_state, metrics = optimise(state, traj, credit, opt_key, hparams)
-        count = episodes.count
+        key, act_key, credit_key, opt_key = jax.random.split(state.key, 4)
+        window = collect(state, hparams, act_key)
+        traj, credit, state, credit_metrics = assign_credit(state, window.trajectory, hparams,
+                                                            credit_key)
+        agent, metrics = optimise(state, traj, credit, opt_key, hparams)
+        count = window.episodes.count
         metrics.update({
-            "episode_return": jnp.where(count > 0, episodes.return_sum / count, jnp.nan),
-            "episode_length": jnp.where(count > 0, episodes.length_sum / count, jnp.nan),
+            "episode_return": jnp.where(count > 0, window.episodes.return_sum / count, jnp.nan),
+            "episode_length": jnp.where(count > 0, window.episodes.length_sum / count, jnp.nan),
             "episodes": count,
+            **credit_metrics,
         })
         if config.critic:
             metrics["explained_variance"] = losses.explained_variance(
                 traj.value, credit.value_target)
         metrics.update({f"credit/{k}": v for k, v in credit.diagnostics.items()})
-        state = TrainState(params=params, opt_state=opt_state, runner=batch.runner, key=key,
-                           update=state.update + 1)
+        state = state.replace(agent=agent, runner=window.runner, key=key,
+                              update=state.update + 1)
         return state, metrics
 
+    def evaluate(state: TrainState, hparams: Hparams) -> Metrics:
+        key = jax.random.fold_in(state.eval_key, state.update)
+        play_key, window_key, pair_key = jax.random.split(key, 3)
+
+        def policy(obs):
+            return network.apply(state.agent.params, obs, method=ActorCritic.policy)
+
+        played = play_episodes(env, env_params, policy, play_key, config.eval_episodes,
+                               eval_steps)
+        metrics = {f"eval/{k}": v for k, v in played.items()}
+        if ground_truth is not None:
+            mdp = ground_truth.mdp()
+            pi = gt_lib.policy_table(network, state.agent.params, mdp)
+            metrics["eval/exact_return"] = gt_lib.exact_return(ground_truth, mdp, pi)
+            metrics.update({f"eval/{k}": v for k, v in ground_truth.task_metrics(pi).items()})
+        if exact_twin is not None:
+            # On a held-out window of the current policy (not used for training): the model as
+            # it will assign the next update's credit, against the exact one.
+            traj = collect(state, hparams, window_key).trajectory
+            log_h, weight = estimator.hindsight(state.estimator.params, traj, hparams, pair_key)
+            exact = exact_params(state, hparams, estimator.exact_model)
+            log_exact, _ = exact_twin.hindsight(exact, traj, hparams, pair_key)
+            metrics["estimator/kl_to_exact"] = gt_lib.kl_divergence(log_exact, log_h, weight)
+        return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+
     return Engine(config=config, env=env, env_params=env_params, network=network,
-                  estimator=estimator, init=init, collect=collect, update_step=update_step)
+                  objective=objective, estimator=estimator, relabeller=relabeller,
+                  redistributor=redistributor, ground_truth=ground_truth, init=init,
+                  collect=collect, assign_credit=assign_credit, update_step=update_step,
+                  evaluate=evaluate)
+
+
+def _trajectory(tr: Transitions) -> Trajectory:
+    """The acting record as a Trajectory (values are filled in after relabelling)."""
+    zeros = jnp.zeros_like(tr.reward)
+    return Trajectory(
+        obs=tr.obs, action=tr.action, reward=tr.reward, terminated=tr.terminated,
+        truncated=tr.truncated, value=zeros, next_value=zeros, log_prob=tr.log_prob,
+        logits=tr.logits, next_obs=tr.final_obs, state=tr.state)
+
+
+def _exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optional[Estimator]:
+    """The exact-model twin of a learned estimator, for ``estimator/kl_to_exact`` (else None).
+
+    Also rejects an oracle estimator where no exact model can be computed.
+    """
+    if estimator.is_oracle:
+        if ground_truth is None:
+            raise ValueError(f"estimator {estimator.name!r} with model='oracle' needs an "
+                             f"environment with exact ground truth; {config.env!r} has none")
+        if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
+            raise ValueError(f"no exact return hindsight on {config.env!r}: "
+                             f"{ground_truth.return_error}")
+        return None
+    if (not config.eval_every or not estimator.learned or estimator.oracle is None
+            or estimator.hindsight is None or ground_truth is None):
+        return None
+    if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
+        return None
+    return estimator.oracle()

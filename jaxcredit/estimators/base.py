@@ -1,21 +1,32 @@
-"""The estimator contract (DESIGN.md, "An estimator is pure").
+"""The estimate stage of the credit pipeline (docs/design.md, "The credit pipeline").
 
-A credit estimator is a small record of three pure functions::
+A credit estimator is a small record of pure functions::
 
-    init(key, example_trajectory)          -> params      # its own model parameters ({} if none)
-    assign(params, trajectory, hparams)    -> Credit      # called under stop_gradient by the engine
-    loss(params, trajectory, hparams)      -> (scalar, metrics)   # added to the agent's loss
+    init(key, example_trajectory)              -> params     # its own model ({} if none)
+    assign(params, trajectory, hparams, key)   -> Credit     # called under stop_gradient
+    loss(params, trajectory, hparams, key)     -> (scalar, metrics)   # what fitting minimises
 
-``hparams`` is the agent's sweepable hyper-parameter pytree; estimators read ``hparams.gamma`` and
-``hparams.lambda_`` (and their own fields, if any) from it. Passing it explicitly, rather than
-closing over it, is what lets ``jax.vmap`` sweep γ and λ with one compile: DESIGN.md writes
-``assign(params, trajectory)``; the third argument is the one deviation, for that reason.
+``hparams`` is the run's sweepable hyper-parameter pytree; estimators read ``hparams.gamma`` and
+``hparams.lambda_`` from it, so ``jax.vmap`` sweeps γ and λ under one compile. ``key`` is a PRNG
+key for estimators that sample (pairs of steps, say); deterministic ones ignore it.
+
+A *learned* estimator's parameters are fitted by the engine inside the compiled update, with
+their own optimiser and schedule (``jaxcredit.fitting``), before ``assign`` is called on the fresh
+batch. Two optional fields serve the ground-truth checks on tabular environments:
+
+* ``exact_model`` names the exact model the estimator approximates (``"state_hindsight"`` or
+  ``"return_hindsight"``) and ``oracle()`` builds the same estimator with that exact model in
+  place of the learned one (its ``params`` are then the exact tables, recomputed for the current
+  policy every update: ``jaxcredit.agents.ground_truth``);
+* ``hindsight(params, trajectory, hparams, key) -> (log_h [..., A], weight [...])`` evaluates the
+  model at the conditioning points the estimator uses, so the engine can report the KL divergence
+  between the learned and the exact model there (``estimator/kl_to_exact``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +34,11 @@ import jax.numpy as jnp
 from jaxcredit.types import Credit, Trajectory
 
 InitFn = Callable[[jax.Array, Trajectory], Any]
-AssignFn = Callable[[Any, Trajectory, Any], Credit]
-LossFn = Callable[[Any, Trajectory, Any], tuple[jax.Array, dict]]
+AssignFn = Callable[[Any, Trajectory, Any, jax.Array], Credit]
+LossFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]]
+HindsightFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, jax.Array]]
+
+EXACT_MODELS = ("state_hindsight", "return_hindsight")
 
 
 def no_params(key: jax.Array, example: Trajectory) -> dict:
@@ -33,9 +47,10 @@ def no_params(key: jax.Array, example: Trajectory) -> dict:
     return {}
 
 
-def no_loss(params: Any, trajectory: Trajectory, hparams: Any) -> tuple[jax.Array, dict]:
+def no_loss(params: Any, trajectory: Trajectory, hparams: Any,
+            key: jax.Array) -> tuple[jax.Array, dict]:
     """``loss`` of an estimator without parameters: zero, no metrics."""
-    del params, trajectory, hparams
+    del params, trajectory, hparams, key
     return jnp.zeros((), jnp.float32), {}
 
 
@@ -45,9 +60,13 @@ class Estimator:
 
     Attributes:
       name: registry name, e.g. ``"gae"``.
-      init, assign, loss: the three pure functions.
+      init, assign, loss: the pure functions.
       all_action: True if ``assign`` returns credit for every action ``[T, *batch, A]``.
-      learned: True if it has parameters trained by ``loss``.
+      learned: True if it has parameters fitted by ``loss``.
+      exact_model: the exact model it approximates, one of :data:`EXACT_MODELS`, or None.
+      oracle: builds the twin estimator that uses the exact model (needs ``exact_model``).
+      hindsight: the learned model at the estimator's conditioning points (for the KL metric).
+      is_oracle: True for a twin built by ``oracle()``: the engine supplies its params.
     """
 
     name: str
@@ -56,3 +75,11 @@ class Estimator:
     loss: LossFn = no_loss
     all_action: bool = False
     learned: bool = False
+    exact_model: Optional[str] = None
+    oracle: Optional[Callable[[], "Estimator"]] = None
+    hindsight: Optional[HindsightFn] = None
+    is_oracle: bool = False
+
+    def __post_init__(self):
+        if self.exact_model is not None and self.exact_model not in EXACT_MODELS:
+            raise ValueError(f"exact_model must be one of {EXACT_MODELS}, got {self.exact_model!r}")

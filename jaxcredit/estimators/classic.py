@@ -27,8 +27,8 @@ def _credit(targets, trajectory: Trajectory) -> Credit:
 def gae(method: returns.Method = None) -> Estimator:
     """Generalized advantage estimation (Schulman et al. 2016) with γ = ``hparams.gamma``, λ = ``hparams.lambda_``."""
 
-    def assign(params: Any, trajectory: Trajectory, hparams: Any) -> Credit:
-        del params
+    def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
+        del params, key
         advantage, targets = returns.gae(
             trajectory.reward, trajectory.value, trajectory.next_value, trajectory.terminated,
             trajectory.truncated, hparams.gamma, hparams.lambda_, method=method)
@@ -44,8 +44,8 @@ def gae(method: returns.Method = None) -> Estimator:
 def lambda_returns(method: returns.Method = None) -> Estimator:
     """TD(λ): advantage = λ-return - V(s_t). Same numbers as :func:`gae`, computed as returns."""
 
-    def assign(params: Any, trajectory: Trajectory, hparams: Any) -> Credit:
-        del params
+    def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
+        del params, key
         targets = returns.episode_aware_lambda_returns(
             trajectory.reward, trajectory.next_value, trajectory.terminated, trajectory.truncated,
             hparams.gamma, hparams.lambda_, method=method)
@@ -59,8 +59,8 @@ def monte_carlo(method: returns.Method = None) -> Estimator:
     at the end of the rollout window; with a window that covers whole episodes it is REINFORCE's
     return, and the advantage G_t - V(s_t) uses the critic as a baseline."""
 
-    def assign(params: Any, trajectory: Trajectory, hparams: Any) -> Credit:
-        del params
+    def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
+        del params, key
         targets = returns.episode_aware_lambda_returns(
             trajectory.reward, trajectory.next_value, trajectory.terminated, trajectory.truncated,
             hparams.gamma, 1.0, method=method)
@@ -74,8 +74,8 @@ def n_step(n: int = 5) -> Estimator:
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"nstep estimator: n must be a positive integer, got {n!r}")
 
-    def assign(params: Any, trajectory: Trajectory, hparams: Any) -> Credit:
-        del params
+    def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
+        del params, key
         targets = returns.episode_aware_n_step_returns(
             trajectory.reward, trajectory.next_value, trajectory.terminated, trajectory.truncated,
             hparams.gamma, n)

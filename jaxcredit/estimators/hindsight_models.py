@@ -77,6 +77,14 @@ class StateHindsightModel:
     pair_logits: Callable[..., Array]
 
 
+def state_of(obs: Array) -> Array:
+    """The tabular state index: ``obs`` itself if it holds integer indices, else the argmax of a
+    one-hot state observation (the last axis)."""
+    if jnp.issubdtype(obs.dtype, jnp.integer):
+        return obs
+    return jnp.argmax(obs, axis=-1)
+
+
 def _flatten_obs(obs: Array, obs_ndim: int) -> Array:
     lead = obs.shape[: obs.ndim - obs_ndim]
     return jnp.reshape(obs, lead + (-1,)).astype(jnp.float32)
@@ -128,8 +136,7 @@ def return_mlp(
 def return_tabular(num_states: int, z_grid: Array, policy_modulated: bool = False):
     """A tabular hindsight model: logits table ``[S, len(z_grid), A]``, Z snapped to the grid.
 
-    Observations must be one-hot state vectors (the state index is their argmax), as in
-    the diagnostics. Nearest-bin snapping follows the official HCA code (hca_classes.py).
+    Observations are integer state indices or one-hot state vectors (:func:`state_of`). Nearest-bin snapping follows the official HCA code (hca_classes.py).
 
     Args:
       num_states: S.
@@ -144,7 +151,7 @@ def return_tabular(num_states: int, z_grid: Array, policy_modulated: bool = Fals
 
     def logits(params, obs, z, z_normalised, policy_logits):
         del z_normalised
-        s = jnp.argmax(obs, axis=-1)
+        s = state_of(obs)
         b = jnp.argmin(jnp.abs(z[..., None] - z_grid), axis=-1)
         out = params["table"][s, b]
         if policy_modulated:
@@ -226,7 +233,7 @@ def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
 
 
 def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHindsightModel:
-    """A tabular h(a | s_t, s_k): logits table ``[S, S, A]`` on one-hot state observations."""
+    """A tabular h(a | s_t, s_k): logits table ``[S, S, A]`` on state indices (:func:`state_of`)."""
 
     def init(key, obs, num_actions):
         del key, obs
@@ -234,7 +241,7 @@ def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHinds
 
     def index(params, obs):
         del params
-        return jnp.argmax(obs, axis=-1)
+        return state_of(obs)
 
     def target(params, obs, reward):
         del reward
@@ -247,3 +254,55 @@ def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHinds
         return out
 
     return StateHindsightModel(init=init, source=index, target=target, pair_logits=pair_logits)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact (oracle) models: the hindsight of the current policy computed by dynamic programming
+# ----------------------------------------------------------------------------------------------
+#
+# Their inputs are tabular state indices (``Trajectory.state``) and their parameters are not
+# learned: the engine recomputes them from the exact MDP for the current policy every update
+# (``jaxcredit.agents.ground_truth``).
+
+
+def state_oracle() -> StateHindsightModel:
+    """The exact h_γ(a | s_t, s_k); params ``{"log_h": [S, S, A]}`` (``tabular.state_hindsight``)."""
+
+    def index(params, obs):
+        del params
+        return state_of(obs)
+
+    def target(params, obs, reward):
+        del reward
+        return index(params, obs)
+
+    def pair_logits(params, src, tgt, policy_logits):
+        del policy_logits
+        return params["log_h"][src, tgt]
+
+    return StateHindsightModel(init=lambda key, obs, num_actions: {}, source=index,
+                               target=target, pair_logits=pair_logits)
+
+
+def return_oracle() -> ReturnHindsightModel:
+    """The exact h(a | s, Z) of the undiscounted return Z.
+
+    params: ``{"bandit": (mdp, pi)}`` for one-step Gaussian bandits (closed form,
+    ``tabular.bandit_return_hindsight``), or ``{"grid": (p_sa, p_s, pi, support)}``, the law of
+    the return on a grid (``jaxcredit.envs.return_law``) interpolated at Z.
+    """
+    from jaxcredit.envs import return_law, tabular  # noqa: PLC0415 (estimators need no envs)
+
+    def logits(params, obs, z, z_normalised, policy_logits):
+        del z_normalised, policy_logits
+        s = state_of(obs)
+        if "bandit" in params:
+            mdp, pi = params["bandit"]
+            h = tabular.bandit_return_hindsight(mdp, pi, z)  # [..., S, A]
+            h = jnp.take_along_axis(h, s[..., None, None], axis=-2)[..., 0, :]
+        else:
+            p_sa, p_s, pi, support = params["grid"]
+            h = return_law.return_hindsight_at(p_sa, p_s, pi, support, s, z)
+        return jnp.log(jnp.maximum(h, 1e-30))
+
+    return ReturnHindsightModel(init=lambda key, obs, num_actions: {}, logits=logits)

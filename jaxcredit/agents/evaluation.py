@@ -1,0 +1,65 @@
+"""Evaluation inside the compiled run: fresh episodes of the current policy, sampled and greedy.
+
+Every ``eval_every`` updates the engine plays ``eval_episodes`` episodes with actions sampled
+from π and as many with the greedy action argmax π, on their own environment instances and with
+keys of their own (``fold_in(eval_key, update)``), so turning evaluation on or off never changes
+the training run. Each episode runs from a reset until its first end (termination or time limit)
+or ``max_steps`` steps. Reported: ``eval/return`` and ``eval/return_greedy`` (means over the
+episodes) and ``eval/length``. The returns the agent saw while training (``episode_return``) come
+from a policy that changed during the window and from episodes cut anywhere; these do not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def play_episodes(env: Any, env_params: Any, policy_logits: Callable[[Array], Array],
+                  key: Array, num_episodes: int, max_steps: int) -> dict[str, Array]:
+    """``num_episodes`` sampled and ``num_episodes`` greedy episodes (module docstring).
+
+    Args:
+      env, env_params: a gymnax environment.
+      policy_logits: ``obs [B, *obs_shape] -> logits [B, A]``.
+      key: PRNG key for resets, actions and transitions.
+      num_episodes: E episodes of each kind.
+      max_steps: steps simulated per episode at most.
+
+    Returns:
+      ``{"return", "return_greedy", "length"}`` scalars.
+    """
+    total = 2 * num_episodes
+    greedy = jnp.arange(total) >= num_episodes
+    reset_key, run_key = jax.random.split(key)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(reset_key, total), env_params)
+    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def one_step(carry, step_key):
+        obs, env_state, alive, ret, length = carry
+        act_key, env_key = jax.random.split(step_key)
+        logits = policy_logits(obs)
+        action = jnp.where(greedy, jnp.argmax(logits, -1),
+                           jax.random.categorical(act_key, logits))
+        obs, env_state, reward, terminated, truncated, _ = step_env(
+            jax.random.split(env_key, total), env_state, action, env_params)
+        ret = ret + jnp.where(alive, reward.astype(jnp.float32), 0.0)
+        length = length + alive
+        alive = alive & ~(terminated | truncated)
+        return (obs, env_state, alive, ret, length), None
+
+    init = (obs, env_state, jnp.ones((total,), bool), jnp.zeros((total,), jnp.float32),
+            jnp.zeros((total,), jnp.int32))
+    (_, _, _, ret, length), _ = jax.lax.scan(one_step, init,
+                                             jax.random.split(run_key, max_steps))
+    sampled = ~greedy
+    return {
+        "return": jnp.sum(jnp.where(sampled, ret, 0.0)) / num_episodes,
+        "return_greedy": jnp.sum(jnp.where(greedy, ret, 0.0)) / num_episodes,
+        "length": jnp.sum(jnp.where(sampled, length, 0)).astype(jnp.float32) / num_episodes,
+    }

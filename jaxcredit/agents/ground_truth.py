@@ -1,0 +1,142 @@
+"""Exact quantities of the current policy inside the compiled step, on environments with a tabular MDP.
+
+On an environment with ground truth (``jaxcredit.envs.tabular``: ``tabular_mdp`` and
+``state_index``) the policy network can be read as a table: π[s] = softmax(f_θ(o(s))) with o(s)
+the observation of state s (aliased states share it). From that table dynamic programming gives,
+for the *current* policy and inside the same compiled program:
+
+* the exact expected return J(π) and the environment's task metrics (``evaluation``);
+* the exact hindsight models the learned credit models approximate: h_γ(a | s, s') for
+  state-conditioned estimators, h(a | s, Z) for return-conditioned ones. They serve as an
+  **oracle** (``model="oracle"``: credit from the exact model, so estimator error and model error
+  separate) and as the reference of ``estimator/kl_to_exact``.
+
+The return-conditioned model is exact for the undiscounted Monte-Carlo return (γ = 1): with
+γ < 1 its tables are NaN, so a misconfigured oracle run fails loudly instead of learning from the
+wrong model (the host loop also refuses it up front).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcredit.envs import tabular
+from jaxcredit.networks import ActorCritic
+
+Array = jax.Array
+
+
+def has_ground_truth(env: Any) -> bool:
+    """True if ``env`` exposes an exact tabular MDP and the tabular index of its states."""
+    try:
+        return callable(getattr(env, "tabular_mdp")) and callable(getattr(env, "state_index"))
+    except AttributeError:
+        return False
+
+
+def is_bandit(mdp: tabular.TabularMDP) -> bool:
+    """Every action from every start state ends the episode (checked on concrete arrays)."""
+    start = np.asarray(mdp.initial) > 0
+    reach_terminal = np.asarray(jnp.sum(mdp.transition * mdp.terminal[None, None, :], axis=-1))
+    return bool(np.all(reach_terminal[start] > 1 - 1e-6))
+
+
+@dataclasses.dataclass(frozen=True)
+class GroundTruth:
+    """What the engine needs to compute exact quantities for any policy (static parts).
+
+    Attributes:
+      mdp: ``() -> TabularMDP`` (traced inside the program; constant-folded when params are).
+      horizon: the episode time limit (finite-horizon J(π)).
+      task_metrics: ``pi [S, A] -> {name: scalar}`` (the environment's, if any).
+      reward_law: the environment's exact discrete reward law, or None (Gaussian).
+      return_plan: how to compute the exact return hindsight: ``("bandit", None)``,
+        ``("grid", plan)``, or None if it cannot be computed here (message in ``return_error``).
+      return_error: why there is no return plan.
+    """
+
+    mdp: Callable[[], tabular.TabularMDP]
+    horizon: int
+    task_metrics: Callable[[Array], dict]
+    reward_law: Any
+    return_plan: Optional[tuple]
+    return_error: str = ""
+
+
+def make_ground_truth(env: Any, env_params: Any, need_return_law: bool) -> Optional[GroundTruth]:
+    """The :class:`GroundTruth` of ``env`` or None if it has none.
+
+    The grid of the return law is planned here, on the concrete MDP, only when
+    ``need_return_law`` (an oracle or a learned return-hindsight model).
+    """
+    if not has_ground_truth(env):
+        return None
+    horizon = int(getattr(env_params, "max_steps_in_episode", 0) or 0)
+    law_fn = getattr(env, "reward_law", None)
+    reward_law = law_fn(env_params) if callable(law_fn) else None
+    metrics_fn = getattr(env, "task_metrics", None)
+    task_metrics = ((lambda pi: dict(metrics_fn(env_params, pi))) if callable(metrics_fn)
+                    else (lambda pi: {}))
+    return_plan, error = None, ""
+    if need_return_law:
+        try:
+            mdp = env.tabular_mdp(env_params)
+            if is_bandit(mdp):
+                return_plan = ("bandit", None)
+            else:
+                from jaxcredit.envs import return_law  # noqa: PLC0415
+
+                return_plan = ("grid", return_law.plan_return_grid(mdp, horizon, reward_law))
+        except (ValueError, jax.errors.ConcretizationTypeError, TypeError) as err:
+            error = " ".join(str(err).split())[:300]
+    return GroundTruth(mdp=lambda: env.tabular_mdp(env_params), horizon=horizon,
+                       task_metrics=task_metrics, reward_law=reward_law,
+                       return_plan=return_plan, return_error=error)
+
+
+def policy_table(network: ActorCritic, agent_params: Any, mdp: tabular.TabularMDP) -> Array:
+    """π[s, a] = softmax(f_θ(o(s)))[a] for every state of the tabular MDP."""
+    logits = network.apply(agent_params, mdp.observation, method=ActorCritic.policy)
+    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+
+
+def exact_return(gt: GroundTruth, mdp: tabular.TabularMDP, pi: Array) -> Array:
+    """J(π): expected undiscounted return from the start distribution within the time limit."""
+    values = tabular.finite_horizon_values(mdp, pi, max(gt.horizon, 1), 1.0)
+    return mdp.initial @ values
+
+
+def exact_model_params(kind: str, gt: GroundTruth, mdp: tabular.TabularMDP, pi: Array,
+                       gamma: Array) -> Any:
+    """Parameters of the exact (oracle) hindsight model ``kind`` for policy ``pi``.
+
+    ``"state_hindsight"``: ``{"log_h": log h_γ [S, S, A]}`` (``tabular.state_hindsight``).
+    ``"return_hindsight"``: ``{"bandit": (mdp, pi)}`` or ``{"grid": (p_sa, p_s, pi, support)}``,
+    NaN unless γ = 1 (module docstring).
+    """
+    if kind == "state_hindsight":
+        h = tabular.state_hindsight(mdp, pi, gamma)
+        return {"log_h": jnp.log(jnp.maximum(h, 1e-30))}
+    if kind != "return_hindsight":
+        raise ValueError(f"unknown exact model {kind!r}")
+    if gt.return_plan is None:
+        raise ValueError(f"no exact return hindsight for this environment: {gt.return_error}")
+    poison = jnp.where(gamma == 1.0, 0.0, jnp.nan)
+    if gt.return_plan[0] == "bandit":
+        return {"bandit": (mdp, pi + poison)}
+    from jaxcredit.envs import return_law  # noqa: PLC0415
+
+    plan = gt.return_plan[1]
+    p_sa, p_s = return_law.return_law(mdp, pi, plan, gt.reward_law)
+    return {"grid": (p_sa + poison, p_s, pi, jnp.asarray(plan.support))}
+
+
+def kl_divergence(log_p: Array, log_q: Array, weight: Array) -> Array:
+    """Σ w · KL(p ‖ q) / Σ w, with KL over the last axis (distributions given as log-probs)."""
+    kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+    return jnp.sum(weight * kl) / jnp.maximum(jnp.sum(weight), 1e-12)

@@ -1,0 +1,302 @@
+"""Return-conditioned hindsight credit: ``hca_return`` (HCA, Theorem 2) and ``c2a2c``.
+
+References:
+  * Harutyunyan et al., "Hindsight Credit Assignment", NeurIPS 2019 (arXiv 1912.02503).
+  * Alipov et al., "Towards Practical Credit Assignment for Deep RL" (arXiv 2106.04499): C2A2C,
+    the credit-constrained advantage actor-critic. Its full text was not available: ``c2a2c`` is a
+    reconstruction from the abstract and the HCA theory; docs/hca.md lists every choice.
+  * Meulemans et al., "Would I have gotten that reward?" (COCOA), NeurIPS 2023 (arXiv 2306.16803):
+    policy-modulated hindsight logits.
+
+Both estimators share one model h_φ(a | s, Z) of the action given the return that followed,
+fitted by cross-entropy on the rollout (``loss``). With ``model="oracle"`` the model is the exact
+h(a | s, Z) of the current policy, computed by the engine from the tabular MDP every update
+(only where the environment has ground truth, and for the undiscounted Monte-Carlo return).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Union
+
+import jax
+import jax.numpy as jnp
+
+from jaxcredit.estimators import hindsight_models as hm
+from jaxcredit.estimators import returns
+from jaxcredit.estimators.base import Estimator
+from jaxcredit.estimators.hca import (
+    FORMS, GATES, RETURN_KINDS, credit_gate, credit_ratio, mixed_hindsight, return_hca_all_action,
+    return_hca_sampled)
+from jaxcredit.types import Credit, Trajectory
+
+Array = jax.Array
+
+MODEL_INPUTS = ("standardised", "centred")
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_unit(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
+
+
+def obs_ndim(trajectory: Trajectory) -> int:
+    return trajectory.obs.ndim - trajectory.action.ndim
+
+
+def behaviour_policy(trajectory: Trajectory) -> tuple[Array, Array]:
+    """π(·|s_t) and π(a_t|s_t) from the behaviour logits."""
+    pi = jax.nn.softmax(trajectory.logits)
+    pi_a = jnp.take_along_axis(pi, trajectory.action[..., None], axis=-1)[..., 0]
+    return pi, pi_a
+
+
+def value_target(trajectory: Trajectory, hparams: Any) -> Array:
+    """The critic's target: the episode-aware λ-return."""
+    return returns.episode_aware_lambda_returns(
+        trajectory.reward, trajectory.next_value, trajectory.terminated, trajectory.truncated,
+        hparams.gamma, hparams.lambda_)
+
+
+def conditioning_return(trajectory: Trajectory, hparams: Any, kind: str) -> Array:
+    """Z_t: Monte-Carlo (λ = 1) or λ-return, both episode-aware (no leak across episode ends).
+
+    Both bootstrap from V at time-outs and at the end of the window; a window that covers whole
+    episodes gives the plain Monte-Carlo return for ``"mc"``.
+    """
+    lam = 1.0 if kind == "mc" else hparams.lambda_
+    z = returns.episode_aware_lambda_returns(
+        trajectory.reward, trajectory.next_value, trajectory.terminated, trajectory.truncated,
+        hparams.gamma, lam)
+    return jax.lax.stop_gradient(z)
+
+
+def model_feature(z: Array, trajectory: Trajectory, kind: str) -> Array:
+    """What the MLP reads besides the observation (constant within one call).
+
+    ``"standardised"``: (Z − mean Z) / std Z over the batch. ``"centred"``: Z − V(s_t), the
+    return's surprise under the critic; it carries the same information about the action given s_t
+    (V(s_t) is a function of s_t) and does not move with the batch's composition.
+    """
+    if kind == "centred":
+        return jax.lax.stop_gradient(z - trajectory.value)
+    return jax.lax.stop_gradient((z - z.mean()) / (z.std() + 1e-6))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReturnHindsight:
+    """What ``hca_return`` and ``c2a2c`` share: the model h_φ(a|s, Z), its ``init``, its
+    cross-entropy ``loss``, the mixed hindsight h_λ at the actions taken, and the model at the
+    conditioning points (``hindsight``, for the KL to the exact model)."""
+
+    model: Any
+    hidden: tuple
+    policy_modulated: bool
+    num_states: Optional[int]
+    z_grid: Optional[Any]
+    return_kind: str
+    mix: float
+    model_input: str
+
+    @property
+    def oracle(self) -> bool:
+        return self.model == "oracle"
+
+    def build(self, trajectory: Trajectory) -> hm.ReturnHindsightModel:
+        if isinstance(self.model, hm.ReturnHindsightModel):
+            return self.model
+        if self.model == "oracle":
+            return hm.return_oracle()
+        if self.model == "mlp":
+            return hm.return_mlp(obs_ndim(trajectory), self.hidden, self.policy_modulated)
+        return hm.return_tabular(self.num_states, self.z_grid, self.policy_modulated)
+
+    def init(self, key, example: Trajectory):
+        return self.build(example).init(key, example.obs, example.logits.shape[-1])
+
+    def log_h(self, params, trajectory: Trajectory, z: Array) -> Array:
+        """log h_φ(·|s_t, Z_t) for every step: ``[T, *batch, A]``."""
+        inputs = trajectory.state if self.oracle else trajectory.obs
+        logits = self.build(trajectory).logits(
+            params, inputs, z, model_feature(z, trajectory, self.model_input), trajectory.logits)
+        return jax.nn.log_softmax(logits)
+
+    def hindsight(self, params, trajectory: Trajectory, hparams, key=None):
+        """``(log h [T, *batch, A], weight [T, *batch])`` at every step (s_t, Z_t)."""
+        del key
+        z = conditioning_return(trajectory, hparams, self.return_kind)
+        log_h = self.log_h(params, trajectory, z)
+        return log_h, jnp.ones(log_h.shape[:-1], jnp.float32)
+
+    def mixed(self, params, trajectory: Trajectory, hparams):
+        """(Z, π, π(a_t), h_λ, h_λ(a_t)) for every step of the window."""
+        z = conditioning_return(trajectory, hparams, self.return_kind)
+        h = jnp.exp(self.log_h(params, trajectory, z))
+        pi, pi_a = behaviour_policy(trajectory)
+        h = mixed_hindsight(h, pi, self.mix)
+        h_a = jnp.take_along_axis(h, trajectory.action[..., None], axis=-1)[..., 0]
+        return z, pi, pi_a, h, h_a
+
+    def loss(self, params, trajectory: Trajectory, hparams, key=None):
+        """Cross-entropy −log h_φ(a_t | s_t, Z_t), averaged over the batch."""
+        log_h, _ = self.hindsight(params, trajectory, hparams, key)
+        ce = -jnp.take_along_axis(log_h, trajectory.action[..., None], axis=-1)[..., 0]
+        value = ce.mean()
+        return value, {"hindsight_loss": value}
+
+
+def _check_model(model, num_states, z_grid, return_kind):
+    if isinstance(model, hm.ReturnHindsightModel):
+        return
+    check_choice("model", model, ("mlp", "tabular", "oracle"))
+    if model == "tabular" and (num_states is None or z_grid is None):
+        raise ValueError("model='tabular' needs num_states and z_grid")
+    if model == "oracle" and return_kind != "mc":
+        raise ValueError("model='oracle' needs return_kind='mc': the exact hindsight is that of "
+                         "the Monte-Carlo return")
+
+
+def _record(name, parts: ReturnHindsight, assign, all_action: bool, twin) -> Estimator:
+    """The Estimator record of a return-hindsight estimator (learned, or its oracle twin)."""
+    exact = "return_hindsight" if parts.return_kind == "mc" else None
+    return Estimator(
+        name=name, init=parts.init, assign=assign, loss=parts.loss, all_action=all_action,
+        learned=not parts.oracle, exact_model=exact, is_oracle=parts.oracle,
+        oracle=None if (parts.oracle or exact is None) else twin,
+        hindsight=parts.hindsight)
+
+
+def hca_return(
+    form: str = "sampled",
+    mix: float = 1.0,
+    clip: Optional[float] = None,
+    baseline: bool = False,
+    return_kind: str = "mc",
+    model: Union[str, hm.ReturnHindsightModel] = "mlp",
+    model_input: str = "standardised",
+    hidden: tuple = (64,),
+    policy_modulated: bool = True,
+    num_states: Optional[int] = None,
+    z_grid: Optional[Any] = None,
+) -> Estimator:
+    """Return-conditioned HCA (Harutyunyan et al. 2019, Theorem 2) with a fitted h_φ(a|s,Z).
+
+    With h(a|s,z) = P(A_0 = a | S_0 = s, Z = z) and any return Z with E[Z|s,a] = Q^π(s,a), Bayes'
+    rule gives
+
+        A^π(s,a) = E_{Z|s,a}[(1 − π(a|s)/h(a|s,Z)) (Z − b(s))]      (sampled form, a = a_t)
+        A^π(s,a) = E_{Z|s}  [(h(a|s,Z)/π(a|s) − 1) Z]               (all-action form, every a)
+
+    for any baseline b(s), since E_{Z|s,a}[π(a|s)/h(a|s,Z)] = 1. The estimator uses the mixed
+    hindsight h_λ = mix·h_φ + (1 − mix)·π. Without ``baseline`` b = 0 (the (1 − c) factor is the
+    only baseline, as in the official HCA code); with ``baseline`` b = V(s_t), the critic. The
+    critic is trained on the λ-return (``value_target``) and bootstraps Z at window ends.
+
+    Args:
+      form: "sampled" (per-step credit) or "all_action" (``[T, *batch, A]``).
+      mix: λ of the mixture h_λ, in (0, 1]; 1 is plain HCA.
+      clip: clip (1 − c) to [−clip, clip] in the sampled form (None: off).
+      baseline: subtract V(s_t) from Z in the sampled form.
+      return_kind: Z is the Monte-Carlo return ("mc") or the λ-return with ``hparams.lambda_``.
+      model: "mlp", "tabular" (one-hot or index state observations), "oracle" (the exact model,
+        supplied by the engine on environments with ground truth), or a ReturnHindsightModel.
+      model_input: the MLP reads the batch-"standardised" Z or the "centred" Z − V(s_t).
+      hidden: MLP widths.
+      policy_modulated: logits = stop_gradient(log π) + f_φ, h = π at initialisation.
+      num_states, z_grid: for the tabular model.
+    """
+    check_choice("form", form, FORMS)
+    check_choice("return_kind", return_kind, RETURN_KINDS)
+    check_choice("model_input", model_input, MODEL_INPUTS)
+    check_unit("mix", mix)
+    if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
+        raise ValueError(f"clip must be a positive number or None, got {clip!r}")
+    _check_model(model, num_states, z_grid, return_kind)
+    parts = ReturnHindsight(model, tuple(hidden), policy_modulated, num_states, z_grid,
+                            return_kind, mix, model_input)
+
+    def assign(params, trajectory: Trajectory, hparams, key=None) -> Credit:
+        del key
+        z, pi, pi_a, h, h_a = parts.mixed(params, trajectory, hparams)
+        if form == "sampled":
+            advantage = return_hca_sampled(pi_a, h_a, z - trajectory.value if baseline else z,
+                                           clip)
+        else:
+            advantage = return_hca_all_action(pi, h, z)
+        c = credit_ratio(pi_a, h_a)
+        return Credit(
+            advantage=jax.lax.stop_gradient(advantage),
+            value_target=value_target(trajectory, hparams),
+            diagnostics={"credit_ratio_mean": c.mean(), "credit_ratio_max": c.max(),
+                         "advantage_std": advantage.std()},
+        )
+
+    options = dict(form=form, mix=mix, clip=clip, baseline=baseline, return_kind=return_kind,
+                   model_input=model_input)
+    return _record("hca_return", parts, assign, form == "all_action",
+                   lambda: hca_return(**options, model="oracle"))
+
+
+def c2a2c(
+    gate: str = "hard",
+    threshold: float = 0.1,
+    mix: float = 1.0,
+    return_kind: str = "mc",
+    model: Union[str, hm.ReturnHindsightModel] = "mlp",
+    model_input: str = "standardised",
+    hidden: tuple = (64,),
+    policy_modulated: bool = True,
+    num_states: Optional[int] = None,
+    z_grid: Optional[Any] = None,
+) -> Estimator:
+    """Credit-constrained advantage actor-critic (Alipov et al. 2021, C2A2C), reconstructed.
+
+    The abstract: C2A2C "ignores policy updates for actions which don't affect future outcomes
+    based on credit in hindsight, while updating the policy as normal for those that do". Read
+    literally (docs/hca.md lists every choice):
+
+        Â_t = m_t · Â_t^{GAE(γ, λ)},   m_t = gate(c_t),   c_t = π(a_t|s_t) / h_λ(a_t|s_t, Z_t)
+
+    with the hard gate m = 1[|1 − c| ≥ δ] or the soft gate m = min(1, |1 − c|/δ), computed under
+    stop-gradient. The critic, its λ-return targets and the entropy bonus are A2C's, unchanged.
+    The hindsight model is the same as :func:`hca_return`'s and is fitted the same way.
+
+    Args:
+      gate: "hard" or "soft".
+      threshold: δ > 0.
+      mix, return_kind, model, model_input, hidden, policy_modulated, num_states, z_grid: as in
+        :func:`hca_return`.
+    """
+    check_choice("gate", gate, GATES)
+    if not (isinstance(threshold, (int, float)) and threshold > 0):
+        raise ValueError(f"threshold must be a positive number, got {threshold!r}")
+    check_choice("return_kind", return_kind, RETURN_KINDS)
+    check_choice("model_input", model_input, MODEL_INPUTS)
+    check_unit("mix", mix)
+    _check_model(model, num_states, z_grid, return_kind)
+    parts = ReturnHindsight(model, tuple(hidden), policy_modulated, num_states, z_grid,
+                            return_kind, mix, model_input)
+
+    def assign(params, trajectory: Trajectory, hparams, key=None) -> Credit:
+        del key
+        _, _, pi_a, _, h_a = parts.mixed(params, trajectory, hparams)
+        c = credit_ratio(pi_a, h_a)
+        m = credit_gate(c, threshold, gate)
+        advantage, targets = returns.gae(
+            trajectory.reward, trajectory.value, trajectory.next_value, trajectory.terminated,
+            trajectory.truncated, hparams.gamma, hparams.lambda_)
+        return Credit(
+            advantage=jax.lax.stop_gradient(m * advantage),
+            value_target=targets,
+            diagnostics={"gate_open": m.mean(), "credit_evidence": jnp.abs(1.0 - c).mean(),
+                         "credit_ratio_mean": c.mean()},
+        )
+
+    options = dict(gate=gate, threshold=threshold, mix=mix, return_kind=return_kind,
+                   model_input=model_input)
+    return _record("c2a2c", parts, assign, False, lambda: c2a2c(**options, model="oracle"))

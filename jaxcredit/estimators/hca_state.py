@@ -1,0 +1,200 @@
+"""State-conditioned hindsight credit: ``hca_state`` (HCA Theorem 1; "HCA+" in COCOA).
+
+References: Harutyunyan et al., "Hindsight Credit Assignment", NeurIPS 2019 (arXiv 1912.02503);
+Meulemans et al., "Would I have gotten that reward?" (COCOA), NeurIPS 2023 (arXiv 2306.16803).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import jax
+import jax.numpy as jnp
+
+from jaxcredit.estimators import hindsight_models as hm
+from jaxcredit.estimators.base import Estimator
+from jaxcredit.estimators.hca import (
+    PAIR_MODES, all_pair_offsets, episode_index, sampled_pair_offsets, state_hca_future_credit,
+    state_hca_pair_loss, state_pair_hindsight)
+from jaxcredit.estimators.hca_return import behaviour_policy, check_choice, obs_ndim, value_target
+from jaxcredit.types import Credit, Trajectory
+
+# Offsets per step at which the model is compared with the exact one (estimator/kl_to_exact).
+KL_PAIRS = 8
+
+
+def hca_state(
+    pairs: str = "all",
+    num_pairs: int = 16,
+    chunk: int = 8,
+    bootstrap: bool = True,
+    mask_zero_reward_loss: bool = False,
+    condition_on_reward: bool = False,
+    model: Union[str, hm.StateHindsightModel] = "mlp",
+    hidden: int = 128,
+    policy_modulated: bool = True,
+    num_states: Optional[int] = None,
+) -> Estimator:
+    """State-conditioned HCA (Harutyunyan et al. 2019, Theorem 1; "HCA+" in COCOA) — all-action.
+
+        A[t,a] = (1[a = a_t]/π(a_t|s_t) − 1) r̃_t + Σ_{k>t} γ^{k−t} (h(a|s_t,s_k)/π(a|s_t) − 1) r̃_k
+
+    over steps k of the same episode inside the window, with the discounted-occupancy hindsight
+    h_γ(a|s,y) = π(a|s) d_γ(y|s,a) / d_γ(y|s), d_γ(y|s,a) = (1 − γ) Σ_{k≥1} γ^{k−1} P(S_k = y|s,a):
+    the identity is exact. r̃ = r, plus, with ``bootstrap``, the tail γ V(s'_{k+1}) folded into the
+    last reward of the window or of a truncated episode (so credit beyond the window is assigned
+    through the hindsight of the last state: an approximation). The immediate reward uses the
+    action taken (no reward model), as in COCOA's implementation of HCA+.
+    Loss: the γ^{k−t−1}-weighted cross-entropy of h(a_t|s_t,s_k) over the same pairs; its
+    minimiser is h_γ.
+
+    Cost. The pairwise part is O(T²·A) per environment (``pairs="all"``) or O(T·K·A) with
+    ``pairs="sampled"`` (K = ``num_pairs`` offsets per step, uniform over the rest of the window,
+    importance-weighted: unbiased for the window sum; drawn with the stage's PRNG key). Rows t
+    are processed ``chunk`` at a time and rematerialised in the backward pass, so the peak memory
+    of the pairwise stage is about 4·N·chunk·K·(2·hidden + 3A) bytes for N environments
+    (:func:`hca_state_pair_memory_bytes`; docs/hca.md compares it with XLA's measured allocation).
+
+    Args:
+      pairs: "all" (exact double sum over the window) or "sampled".
+      num_pairs: K for ``pairs="sampled"``.
+      chunk: rows t per chunk.
+      bootstrap: fold γ V(final obs) into the reward at window ends and time-outs.
+      mask_zero_reward_loss: fit h only on pairs whose later reward is non-zero (COCOA).
+      condition_on_reward: the MLP conditions on (s_k, r_k) instead of s_k. The identity still
+        holds, because r_k is then a function of the conditioning variable (R_k ⟂ A_t given
+        it), and it is what lets hindsight work when states are aliased (DelayedEffect's
+        observations): r_k then carries the evidence. A hybrid of HCA+ and COCOA-reward. Its
+        target then differs from the exact h(a|s_t, s_k) that ``estimator/kl_to_exact`` uses.
+      model: "mlp", "tabular" (state observations; needs ``num_states``), "oracle" (the exact
+        h_γ of the current policy, supplied by the engine on environments with ground truth),
+        or a StateHindsightModel.
+      hidden: MLP width.
+      policy_modulated: logits = stop_gradient(log π(·|s_t)) + f_φ(s_t, s_k).
+    """
+    check_choice("pairs", pairs, PAIR_MODES)
+    for name, value in (("num_pairs", num_pairs), ("chunk", chunk)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(model, hm.StateHindsightModel):
+        check_choice("model", model, ("mlp", "tabular", "oracle"))
+        if model == "tabular" and num_states is None:
+            raise ValueError("model='tabular' needs num_states")
+    oracle = model == "oracle"
+
+    def build(trajectory):
+        if isinstance(model, hm.StateHindsightModel):
+            return model
+        if oracle:
+            return hm.state_oracle()
+        if model == "mlp":
+            return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated,
+                                condition_on_reward)
+        return hm.state_tabular(num_states, policy_modulated)
+
+    def init(key, example: Trajectory):
+        return build(example).init(key, example.obs, example.logits.shape[-1])
+
+    def flat(trajectory):
+        """[T, *batch, ...] -> [T, N, ...]."""
+        batch = trajectory.action.shape[1:]
+        n = math.prod(batch)
+        return jax.tree_util.tree_map(
+            lambda x: jnp.reshape(x, (x.shape[0], n) + x.shape[1 + len(batch):]), trajectory)
+
+    def tilde_reward(tr: Trajectory, gamma):
+        if not bootstrap:
+            return tr.reward
+        window_end = jnp.zeros_like(tr.done).at[-1].set(True)
+        cut = jnp.logical_or(tr.truncated, window_end) & ~tr.terminated
+        return tr.reward + cut * gamma * tr.next_value
+
+    def features(net, params, tr: Trajectory):
+        inputs = tr.state if oracle else tr.obs
+        return net.source(params, inputs), net.target(params, inputs, tr.reward)
+
+    def pair_plan(tr: Trajectory, key, mode: str, k: int):
+        num_steps, n = tr.action.shape
+        if mode == "all":
+            offsets, scale = all_pair_offsets(num_steps)
+            return (jnp.broadcast_to(offsets, (n,) + offsets.shape),
+                    jnp.broadcast_to(scale, (n,) + scale.shape))
+        keys = jax.random.split(key, n)
+        return jax.vmap(lambda kk: sampled_pair_offsets(kk, num_steps, k))(keys)
+
+    def assign(params, trajectory: Trajectory, hparams, key) -> Credit:
+        tr = flat(trajectory)
+        net = build(tr)
+        gamma = hparams.gamma
+        r = tilde_reward(tr, gamma)
+        pi, pi_a = behaviour_policy(tr)
+        taken = jax.nn.one_hot(tr.action, pi.shape[-1], dtype=pi.dtype)
+        immediate = (taken / pi_a[..., None] - 1.0) * r[..., None]
+        src, tgt = features(net, params, tr)
+        offsets, scale = pair_plan(tr, key, pairs, num_pairs)
+        future = jax.vmap(
+            lambda s, g, lg, rr, ep, off, sc: state_hca_future_credit(
+                net, params, s, g, lg, rr, ep, gamma, off, sc, chunk),
+            in_axes=(1, 1, 1, 1, 1, 0, 0), out_axes=1,
+        )(src, tgt, tr.logits, r, episode_index(tr.done), offsets, scale)
+        advantage = jnp.reshape(immediate + future, trajectory.logits.shape)
+        return Credit(
+            advantage=jax.lax.stop_gradient(advantage),
+            value_target=value_target(trajectory, hparams),
+            diagnostics={"advantage_std": advantage.std(),
+                         "future_credit_abs": jnp.abs(future).mean()},
+        )
+
+    def loss(params, trajectory: Trajectory, hparams, key):
+        tr = flat(trajectory)
+        net = build(tr)
+        gamma = hparams.gamma
+        r = tilde_reward(tr, gamma)
+        src, tgt = features(net, params, tr)
+        offsets, scale = pair_plan(tr, key, pairs, num_pairs)
+        ce, w = jax.vmap(
+            lambda s, g, lg, a, rr, ep, off, sc: state_hca_pair_loss(
+                net, params, s, g, lg, a, rr, ep, gamma, off, sc, chunk, mask_zero_reward_loss),
+            in_axes=(1, 1, 1, 1, 1, 1, 0, 0),
+        )(src, tgt, tr.logits, tr.action, r, episode_index(tr.done), offsets, scale)
+        value = ce.sum() / jnp.maximum(w.sum(), 1e-8)
+        return value, {"hindsight_loss": value, "hindsight_pairs": w.sum()}
+
+    def hindsight(params, trajectory: Trajectory, hparams, key):
+        """log h at KL_PAIRS sampled future pairs per step, weighted as in the loss."""
+        tr = flat(trajectory)
+        net = build(tr)
+        src, tgt = features(net, params, tr)
+        offsets, scale = pair_plan(tr, key, "sampled", KL_PAIRS)
+        log_h, weight = jax.vmap(
+            lambda s, g, lg, ep, off, sc: state_pair_hindsight(
+                net, params, s, g, lg, ep, hparams.gamma, off, sc),
+            in_axes=(1, 1, 1, 1, 0, 0),
+        )(src, tgt, tr.logits, episode_index(tr.done), offsets, scale)
+        if mask_zero_reward_loss:
+            k = jnp.minimum(jnp.arange(tr.action.shape[0])[:, None] + offsets,
+                            tr.action.shape[0] - 1)
+            weight = weight * (jax.vmap(lambda rr, kk: rr[kk], in_axes=(1, 0))(tr.reward, k) != 0)
+        return log_h, weight
+
+    options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
+                   mask_zero_reward_loss=mask_zero_reward_loss)
+    return Estimator(name="hca_state", init=init, assign=assign, loss=loss, all_action=True,
+                     learned=not oracle, exact_model="state_hindsight", is_oracle=oracle,
+                     oracle=None if oracle else (lambda: hca_state(**options, model="oracle")),
+                     hindsight=hindsight)
+
+
+def hca_state_pair_memory_bytes(num_envs: int, num_steps: int, hidden: int, num_actions: int,
+                                chunk: int = 8, num_pairs: Optional[int] = None) -> int:
+    """Estimated peak bytes of hca_state's pairwise stage (float32), for sizing a run.
+
+    One chunk holds, per environment, ``chunk × K`` pairs with the gathered target features and
+    the hidden activations (2·hidden floats) and the logits, log h and ratio (3·A floats);
+    K = T − 1 for ``pairs="all"``, ``num_pairs`` for ``pairs="sampled"``. Chunks are processed
+    one at a time and rematerialised in the backward pass, so this is also the order of the
+    loss's peak. Everything else the estimator stores is O(N·T·(hidden + A)).
+    """
+    pairs = num_steps - 1 if num_pairs is None else num_pairs
+    return 4 * num_envs * min(chunk, num_steps) * pairs * (2 * hidden + 3 * num_actions)

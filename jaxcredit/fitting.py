@@ -1,0 +1,170 @@
+"""Fitting a learned credit model inside the compiled update: its own optimiser and schedule.
+
+A learned stage of the credit pipeline (a hindsight classifier, a return decomposer, a reward
+model) is a model with a loss. The engine fits it *before* it assigns credit to the fresh window,
+in the same compiled update step, with
+
+* its own Adam optimiser state and its own learning rate and global grad-norm clip, taken from
+  the sweepable ``Hparams`` (``estimator_lr``, ``estimator_max_grad_norm``, ...), so a sweep can
+  tune the model and the agent separately;
+* a schedule from the frozen config (:class:`FitSchedule`): ``steps`` optimiser steps per update,
+  each on a random minibatch of ``1/minibatches`` of the window's environments (whole
+  trajectories: hindsight and return models need the sequence), drawn from the fresh window and,
+  with ``windows > 1``, the ``windows − 1`` most recent earlier windows kept in the train state.
+
+Why not one shared optimiser step: with A2C's single step per update and the agent's learning
+rate and grad-norm clip, a hindsight model barely moved from h = π in a KeyToDoor probe, so the
+credit it assigned was mostly model error (docs/design.md, "Fitted credit models").
+
+Earlier windows were collected by earlier policies. Models whose target depends on the policy
+(hindsight h depends on π) see a mixture of recent policies; ``windows = 1`` (the default) fits on
+on-policy data only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxcredit.types import Trajectory
+
+Array = jax.Array
+LossFn = Callable[[Any, Trajectory, Any, Array], tuple[Array, dict]]
+
+# Adam's ε for credit models (optax's default); the agent uses PPO's 1e-5.
+MODEL_ADAM_EPS = 1e-8
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSchedule:
+    """How a learned stage is fitted each update (part of the frozen config).
+
+    Attributes:
+      steps: optimiser steps per update (0: the model is never fitted).
+      minibatches: each step uses ``num_envs // minibatches`` environments' whole windows.
+      windows: the fresh window plus ``windows − 1`` earlier ones are the data (1: fresh only).
+      anneal_lr: decay the stage's learning rate linearly to 0 over the run, like the agent's.
+    """
+
+    steps: int = 4
+    minibatches: int = 1
+    windows: int = 1
+    anneal_lr: bool = False
+
+    def validate(self, stage: str, num_envs: int) -> None:
+        for name in ("minibatches", "windows"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{stage}_fit_{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.steps, int) or self.steps < 0:
+            raise ValueError(f"{stage}_fit_steps must be a non-negative integer, got "
+                             f"{self.steps!r}")
+        if num_envs % self.minibatches:
+            raise ValueError(f"num_envs={num_envs} is not divisible by {stage}_fit_minibatches="
+                             f"{self.minibatches}")
+
+
+@struct.dataclass
+class FitState:
+    """A fitted stage's part of the train state.
+
+    Attributes:
+      params: the model's parameters.
+      opt_state: its Adam state.
+      buffer: the ``windows − 1`` most recent earlier windows ``[W−1, T, N, ...]``, or None.
+      filled: int32, how many buffer windows hold data yet.
+    """
+
+    params: Any
+    opt_state: Any
+    buffer: Optional[Trajectory] = None
+    filled: Any = None
+
+
+def init_fit_state(params: Any, example: Trajectory, schedule: FitSchedule) -> FitState:
+    """The initial :class:`FitState` for ``params`` (an empty buffer shaped like ``example``)."""
+    buffer = None
+    if schedule.windows > 1:
+        buffer = jax.tree.map(
+            lambda x: jnp.zeros((schedule.windows - 1,) + x.shape, x.dtype), example)
+    return FitState(params=params, opt_state=optax.scale_by_adam(eps=MODEL_ADAM_EPS).init(params),
+                     buffer=buffer, filled=jnp.zeros((), jnp.int32))
+
+
+def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float):
+    """One Adam step after global grad-norm clipping: ``(params, opt_state, grad_norm)``.
+
+    Written out rather than as an optax chain because ``lr`` and ``max_grad_norm`` are traced
+    hyper-parameters (a vmapped sweep gives every member its own).
+    """
+    grad_norm = optax.global_norm(grads)
+    scale = jnp.minimum(1.0, max_grad_norm / jnp.maximum(grad_norm, 1e-12))
+    grads = jax.tree.map(lambda g: g * scale, grads)
+    direction, opt_state = optax.scale_by_adam(eps=eps).update(grads, opt_state)
+    params = jax.tree.map(lambda p, d: p - lr * d, params, direction)
+    return params, opt_state, grad_norm
+
+
+def _data(fit: FitState, fresh: Trajectory) -> tuple[Trajectory, Array]:
+    """Fresh and buffered windows side by side on the environment axis: ``([T, W·N], valid)``."""
+    num_envs = fresh.action.shape[1]
+    if fit.buffer is None:
+        return fresh, jnp.ones((num_envs,), bool)
+    windows = fit.buffer.action.shape[0]
+
+    def side_by_side(new, old):
+        old = jnp.moveaxis(old, 0, 1)  # [T, W−1, N, ...]
+        old = old.reshape((old.shape[0], windows * num_envs) + old.shape[3:])
+        return jnp.concatenate([new, old], axis=1)
+
+    data = jax.tree.map(side_by_side, fresh, fit.buffer)
+    valid = jnp.concatenate([jnp.ones((num_envs,), bool),
+                             jnp.repeat(jnp.arange(windows) < fit.filled, num_envs)])
+    return data, valid
+
+
+def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, lr: Array,
+        max_grad_norm: Array, key: Array, schedule: FitSchedule) -> tuple[FitState, dict]:
+    """``schedule.steps`` Adam steps of ``loss_fn`` on minibatches of whole windows.
+
+    Returns the new state (the fresh window pushed into the buffer) and metrics: ``loss`` (mean
+    over the steps), ``loss_first`` and ``loss_last`` (the first and last step's minibatch loss,
+    before their update), ``grad_norm`` and the loss's own metrics (means over the steps).
+    """
+    data, valid = _data(fit_state, fresh)
+    size = fresh.action.shape[1] // schedule.minibatches
+    log_valid = jnp.where(valid, 0.0, -jnp.inf)
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        pick_key, loss_key = jax.random.split(step_key)
+        # A uniform draw of `size` valid columns without replacement (Gumbel top-k).
+        scores = jax.random.gumbel(pick_key, valid.shape) + log_valid
+        columns = jax.lax.top_k(scores, size)[1]
+        batch = jax.tree.map(lambda x: jnp.take(x, columns, axis=1), data)
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, batch, hparams, loss_key)
+        params, opt_state, grad_norm = adam_step(params, opt_state, grads, lr, max_grad_norm,
+                                                 MODEL_ADAM_EPS)
+        return (params, opt_state), (loss, grad_norm, metrics)
+
+    params, opt_state = fit_state.params, fit_state.opt_state
+    if schedule.steps > 0:
+        (params, opt_state), (losses, norms, model_metrics) = jax.lax.scan(
+            step, (params, opt_state), jax.random.split(key, schedule.steps))
+        metrics = {"loss": losses.mean(), "loss_first": losses[0], "loss_last": losses[-1],
+                   "grad_norm": norms.mean(),
+                   **{k: v.mean() for k, v in model_metrics.items()}}
+    else:
+        metrics = {}
+    buffer, filled = fit_state.buffer, fit_state.filled
+    if buffer is not None:
+        buffer = jax.tree.map(lambda old, new: jnp.concatenate([new[None], old[:-1]]),
+                              buffer, fresh)
+        filled = jnp.minimum(filled + 1, buffer.action.shape[0])
+    return FitState(params=params, opt_state=opt_state, buffer=buffer, filled=filled), metrics

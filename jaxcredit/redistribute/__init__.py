@@ -1,0 +1,76 @@
+"""The redistribute stage of the credit pipeline: new per-step rewards from a (learned) model.
+
+A redistributor moves reward in time without changing what is optimal: return decomposition
+(RUDDER, Arjona-Medina et al. 2019) moves a delayed reward to the steps where a learned return
+predictor jumps; a process reward model scores every step of a chain of reasoning. Contract::
+
+    init(key, example_trajectory)              -> params
+    redistribute(params, trajectory, key)      -> trajectory with new ``reward``
+    loss(params, trajectory, hparams, key)     -> (scalar, metrics)    # what fitting minimises
+
+The engine fits a learned redistributor inside the compiled update (``jaxcredit.fitting``, its
+own optimiser, ``redistributor_lr`` / ``redistributor_max_grad_norm`` in ``Hparams`` and
+``redistribute_fit_*`` in ``TrainConfig``), then calls ``redistribute`` on the fresh window; the
+critic, the estimator and the objective all see the new rewards, and its ``loss`` metrics are
+reported as ``redistribute/*``.
+
+No redistributor ships with jaxcredit yet (return decomposition and process reward models are
+the families that will); register one with ``register("name", "package.module:factory")`` and
+select it with ``TrainConfig(redistribute="name")`` / ``--redistribute name``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxcredit.registry import Factory, Registry
+from jaxcredit.types import Trajectory
+
+
+def no_params(key: jax.Array, example: Trajectory) -> dict:
+    del key, example
+    return {}
+
+
+def no_loss(params, trajectory, hparams, key) -> tuple[jax.Array, dict]:
+    del params, trajectory, hparams, key
+    return jnp.zeros((), jnp.float32), {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Redistributor:
+    """A redistribute stage (module docstring).
+
+    Attributes:
+      name: registry name.
+      redistribute: ``(params, trajectory, key) -> trajectory`` with new rewards.
+      init, loss: its model's initialiser and fitting loss.
+      learned: True if ``loss`` fits parameters.
+    """
+
+    name: str
+    redistribute: Callable[[Any, Trajectory, jax.Array], Trajectory]
+    init: Callable[[jax.Array, Trajectory], Any] = no_params
+    loss: Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]] = no_loss
+    learned: bool = False
+
+
+REDISTRIBUTORS = Registry("redistributor", {})
+
+
+def register(name: str, factory: Factory) -> None:
+    """Adds (or replaces) a redistributor: ``factory`` is a callable or ``"module:function"``."""
+    REDISTRIBUTORS.register(name, factory)
+
+
+def registered() -> list[str]:
+    return REDISTRIBUTORS.registered()
+
+
+def make_redistributor(name: str, **options: Any) -> Redistributor:
+    """Builds the redistributor ``name`` (or a ``"module:factory"`` path) with ``options``."""
+    return REDISTRIBUTORS.make(name, **options)

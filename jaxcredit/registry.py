@@ -1,0 +1,75 @@
+"""Name → factory tables for every pluggable part (estimators, pipeline stages, objectives).
+
+An entry is a ``"package.module:factory"`` path imported on first use, so a family can live in its
+own module without import cycles, and a user's part defined outside the package registers with
+one line::
+
+    from jaxcredit.estimators import register
+    register("td0", "my_package.credit:td0")
+
+A name that is itself a ``"module:factory"`` path needs no registration: ``make("my_mod:td0")``
+imports and calls it (the command line accepts ``--estimator my_mod:td0`` the same way).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any, Callable, Union
+
+Factory = Union[str, Callable[..., Any]]
+
+
+class Registry:
+    """A table of factories for one kind of part.
+
+    Args:
+      kind: what the entries are, for messages ("estimator", "objective", ...).
+      entries: initial ``{name: "module:factory"}``.
+    """
+
+    def __init__(self, kind: str, entries: dict[str, Factory] | None = None):
+        self.kind = kind
+        self._entries: dict[str, Factory] = dict(entries or {})
+
+    def registered(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._entries)
+
+    def register(self, name: str, factory: Factory) -> None:
+        """Adds (or replaces) ``name``; ``factory`` is a callable or ``"module:function"``."""
+        if isinstance(factory, str) and ":" not in factory:
+            raise ValueError(f"a {self.kind} factory path must look like 'module:function', "
+                             f"got {factory!r}")
+        self._entries[name] = factory
+
+    def factory(self, name: str) -> Callable[..., Any]:
+        """The factory of ``name`` (a registered name or a ``"module:factory"`` path)."""
+        target = self._entries.get(name)
+        if target is None and ":" in name:
+            target = name
+        if target is None:
+            close = difflib.get_close_matches(name, self._entries, n=3, cutoff=0.4)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            known = ", ".join(self.registered()) or "none registered"
+            raise ValueError(f"unknown {self.kind} {name!r}.{hint} Known: {known} "
+                             "(or a 'module:factory' path).")
+        if callable(target):
+            return target
+        module_name, factory_name = target.split(":", 1)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise ValueError(f"{self.kind} {name!r}: cannot import {module_name!r}: {err}") \
+                from None
+        if not hasattr(module, factory_name):
+            raise ValueError(f"{self.kind} {name!r}: {module_name!r} has no {factory_name!r}")
+        return getattr(module, factory_name)
+
+    def make(self, name: str, **options: Any) -> Any:
+        """Builds ``name`` with keyword ``options``; bad options are a one-line ValueError."""
+        factory = self.factory(name)
+        try:
+            return factory(**options)
+        except TypeError as err:
+            raise ValueError(f"{self.kind} {name!r}: bad options {options}: {err}") from None
