@@ -374,10 +374,22 @@ def test_flatten_observation_composes_with_minatar():
 
 
 def test_wrapped_state_index_and_tabular_mdp():
+    # TimeLimit / EpisodeStats / FlattenObservation forward the ground truth to the inner env.
+    grid = GridWorld(version=1)
+    params = grid.default_params
+    for env in (EpisodeStats(TimeLimit(grid, 10)), FlattenObservation(grid)):
+        obs, state = env.reset(jax.random.PRNGKey(0), params)
+        inner = state.env_state.env_state if isinstance(env, EpisodeStats) else state
+        assert int(env.state_index(state)) == int(grid.state_index(inner))
+        assert env.tabular_mdp(params).num_states == 50
+    # DelayedReward (hence DelayedGridWorld) hides it; `undelayed` is the inner env (same J).
     env = DelayedGridWorld(version=1)
-    params = env.default_params
-    obs, state = env.reset(jax.random.PRNGKey(0), params)
-    assert int(env.state_index(state)) == int(env._env.state_index(state.env_state))
-    assert env.tabular_mdp(params).num_states == 50
+    for name in ("state_index", "tabular_mdp", "task_metrics", "reward_law", "num_states"):
+        assert not hasattr(env, name)
+        assert not hasattr(EpisodeStats(env), name)
+    with pytest.raises(AttributeError, match="DelayedReward hides"):
+        env.tabular_mdp(params)
+    assert env.undelayed.tabular_mdp(params).num_states == 50
+    assert env.num_actions == 4  # everything else is still forwarded
     cartpole, _ = envs.make("CartPole-v1")
     assert not hasattr(EpisodeStats(cartpole), "state_index")

@@ -25,18 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcredit.envs import tabular
+from jaxcredit.envs import has_ground_truth, tabular
 from jaxcredit.networks import ActorCritic
 
 Array = jax.Array
-
-
-def has_ground_truth(env: Any) -> bool:
-    """True if ``env`` exposes an exact tabular MDP and the tabular index of its states."""
-    try:
-        return callable(getattr(env, "tabular_mdp")) and callable(getattr(env, "state_index"))
-    except AttributeError:
-        return False
 
 
 def is_bandit(mdp: tabular.TabularMDP) -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxcredit.envs import tabular
+from jaxcredit.envs.tabular_env import TabularEnv
 from jaxcredit.envs.wrappers import DelayedReward
 
 Array = jax.Array
@@ -69,7 +69,7 @@ class GridWorldParams(environment.EnvParams):
     max_steps_in_episode: int = 50
 
 
-class GridWorld(environment.Environment[GridWorldState, GridWorldParams]):
+class GridWorld(TabularEnv, environment.Environment[GridWorldState, GridWorldParams]):
     """H-DICE gridworld with immediate rewards (v1: 5×5, 50 steps; v2: 10×10, 100 steps).
 
     Observation (float32): one-hot agent cell ``[H·W]``, map of diamonds still present ``[H·W]``,
@@ -179,8 +179,7 @@ class GridWorld(environment.Environment[GridWorldState, GridWorldParams]):
                        axis=-1)
         return (state.position * 2**self.num_diamonds + bits).astype(jnp.int32)
 
-    def tabular_mdp(self, params: GridWorldParams | None = None) -> tabular.TabularMDP:
-        params = self.default_params if params is None else params
+    def _tabular_arrays(self, params: GridWorldParams) -> dict[str, Array]:
         masks = 2**self.num_diamonds
         num = self.num_states
         cell_of = np.arange(num) // masks
@@ -198,7 +197,7 @@ class GridWorld(environment.Environment[GridWorldState, GridWorldParams]):
         observation = jax.vmap(lambda p, c: self.get_obs(
             GridWorldState(position=p, collected=c, time=0), params))(
                 jnp.asarray(cell_of), jnp.asarray(collected))
-        return tabular.make_tabular_mdp(
+        return dict(
             transition=transition,
             transition_reward=reward,
             initial=jax.nn.one_hot(self.start * masks, num),
@@ -210,9 +209,10 @@ class GridWorld(environment.Environment[GridWorldState, GridWorldParams]):
 class DelayedGridWorld(DelayedReward):
     """``GridWorld`` with the whole episode return paid at its last step (H-DICE protocol).
 
-    ``tabular_mdp`` and ``state_index`` are those of the inner ``GridWorld``: the expected episode
-    return, hence J(θ) and its gradient, are the same under delayed reward; per-step rewards,
-    and Q-values conditioned on the past, are not.
+    Like every ``DelayedReward``, it hides the ground truth of the inner ``GridWorld``
+    (``tabular_mdp``, ``state_index`` ...): per-step rewards, and Q-values conditioned on the
+    past, are not those of the inner MDP. The expected episode return, hence J(θ) and its
+    gradient, are the same under delayed reward: ``env.undelayed.tabular_mdp(params)`` gives them.
     """
 
     def __init__(self, version: int = 1, time_feature: bool = True):

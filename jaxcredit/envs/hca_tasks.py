@@ -1,7 +1,9 @@
 """The diagnostic tasks of Harutyunyan et al. (2019), "Hindsight Credit Assignment", Fig. 2.
 
-Shortcut, Delayed effect and Ambiguous bandit as pure gymnax (>= 1.0) environments, each with its
-exact tabular MDP (``env.tabular_mdp(params)``) and state index (``env.state_index(state)``).
+Shortcut, Delayed effect and Ambiguous bandit as pure gymnax (>= 1.0) environments, each a
+:class:`~jaxcredit.envs.tabular_env.TabularEnv`: exact tabular MDP (``env.tabular_mdp(params)``),
+state index (``env.state_index(state)``) and the task metric ``p_optimal_first_action``
+(``env.task_metrics(params, pi)``).
 The paper's figure captions leave details open; the choices made here are written in each class
 docstring and in docs/envs.md.
 
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxcredit.envs import tabular
+from jaxcredit.envs.tabular_env import TabularEnv
 
 Array = jax.Array
 
@@ -29,6 +32,20 @@ def _truncated_not_terminated(env, state, params) -> Array:
     """A time-out that coincides with a true terminal is a termination, not a truncation."""
     return jnp.logical_and(state.time >= params.max_steps_in_episode,
                            jnp.logical_not(env.is_terminated(state, params)))
+
+
+class _OptimalFirstAction(TabularEnv):
+    """The three tasks start in state 0, where action 0 is the optimal choice.
+
+    (Shortcut: the shortcut; DelayedEffect: the +1 branch; AmbiguousBandit: the HI arm, optimal
+    while ε < 1/2 and μ_HI > μ_LO, as in the defaults.)
+    """
+
+    def task_metrics(self, params, pi: Array) -> dict[str, Array]:
+        """``p_optimal_first_action`` = π(a* = 0 | s_0 = 0): the decision the task is about."""
+        del params
+        chex.assert_shape(pi, (self.num_states, self.num_actions))
+        return {"p_optimal_first_action": pi[0, 0]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,7 +67,7 @@ class ShortcutParams(environment.EnvParams):
     max_steps_in_episode: int = 5
 
 
-class Shortcut(environment.Environment[ShortcutState, ShortcutParams]):
+class Shortcut(_OptimalFirstAction, environment.Environment[ShortcutState, ShortcutParams]):
     """Chain with a shortcut (Harutyunyan et al. 2019, Fig. 2 left).
 
     States 0..n−1 of a chain; the episode starts in 0 and ends on arrival in the goal n−1.
@@ -113,12 +130,15 @@ class Shortcut(environment.Environment[ShortcutState, ShortcutParams]):
     def observation_space(self, params=None) -> spaces.Box:
         return spaces.Box(0.0, 1.0, (self.n,), jnp.float32)
 
+    @property
+    def num_states(self) -> int:
+        return self.n
+
     def state_index(self, state: ShortcutState) -> Array:
         """Tabular index of a state: its position."""
         return jnp.asarray(state.position, jnp.int32)
 
-    def tabular_mdp(self, params: ShortcutParams | None = None) -> tabular.TabularMDP:
-        params = self.default_params if params is None else params
+    def _tabular_arrays(self, params: ShortcutParams) -> dict[str, Array]:
         n, goal = self.n, self.n - 1
         move = np.zeros((n, n), np.float32)
         move[np.arange(n - 1), np.arange(1, n)] = 1.0
@@ -129,7 +149,7 @@ class Shortcut(environment.Environment[ShortcutState, ShortcutParams]):
             axis=1)
         arrive = (jnp.arange(n) == goal).astype(jnp.float32)
         reward = params.step_reward + params.goal_reward * arrive
-        return tabular.make_tabular_mdp(
+        return dict(
             transition=transition,
             transition_reward=jnp.broadcast_to(reward, (n, 2, n)),
             initial=jax.nn.one_hot(0, n),
@@ -157,7 +177,8 @@ class DelayedEffectParams(environment.EnvParams):
     max_steps_in_episode: int = 4
 
 
-class DelayedEffect(environment.Environment[DelayedEffectState, DelayedEffectParams]):
+class DelayedEffect(_OptimalFirstAction,
+                    environment.Environment[DelayedEffectState, DelayedEffectParams]):
     """First action decides a reward paid n steps later (Harutyunyan et al. 2019, Fig. 2 centre).
 
     * Step 0, start state: action a ∈ {0, 1} picks the branch; reward 0.
@@ -172,7 +193,8 @@ class DelayedEffect(environment.Environment[DelayedEffectState, DelayedEffectPar
     σ only adds variance. Optimal return +1, uniform-policy return 0.
 
     ``n`` (constructor) fixes the structure; ``sigma`` is a parameter (default 0.1, the middle of
-    the {0, 0.1, 1} range used in public reproductions).
+    the {0, 0.1, 1} range used in public reproductions). Task metric: ``p_optimal_first_action``
+    = π(0 | start), the first action of the +1 branch.
     """
 
     def __init__(self, n: int = 3):
@@ -236,8 +258,7 @@ class DelayedEffect(environment.Environment[DelayedEffectState, DelayedEffectPar
         return jnp.where(k == 0, 0, jnp.where(k <= self.n, 1 + 2 * (k - 1) + b,
                                               2 * self.n + 1 + b)).astype(jnp.int32)
 
-    def tabular_mdp(self, params: DelayedEffectParams | None = None) -> tabular.TabularMDP:
-        params = self.default_params if params is None else params
+    def _tabular_arrays(self, params: DelayedEffectParams) -> dict[str, Array]:
         n, num = self.n, self.num_states
         transition = np.zeros((num, 2, num), np.float32)
         final = np.zeros((num, 2, num), np.float32)  # sign of the final reward
@@ -252,7 +273,7 @@ class DelayedEffect(environment.Environment[DelayedEffectState, DelayedEffectPar
                 if k == n:
                     final[s, :, nxt] = 1.0 - 2.0 * b
         kind = np.concatenate([[0], np.ones(2 * n, np.int64), [2, 3]])
-        return tabular.make_tabular_mdp(
+        return dict(
             transition=transition,
             transition_reward=params.final_reward * jnp.asarray(final),
             transition_reward_std=params.sigma * jnp.asarray(noisy),
@@ -282,14 +303,16 @@ class AmbiguousBanditParams(environment.EnvParams):
     max_steps_in_episode: int = 1
 
 
-class AmbiguousBandit(environment.Environment[AmbiguousBanditState, AmbiguousBanditParams]):
+class AmbiguousBandit(_OptimalFirstAction,
+                      environment.Environment[AmbiguousBanditState, AmbiguousBanditParams]):
     """Two-armed bandit with crossed outcomes (Harutyunyan et al. 2019, Fig. 2 right).
 
     Action 0 (HI) leads to the HI state and action 1 (LO) to the LO state, except that with
     probability ε (0.1) each lands in the other one. The reward of the single step is
     N(μ_HI = 2, σ²) in the HI state and N(μ_LO = 1, σ²) in the LO state, σ = 1.5, so luck and skill
     overlap. Uniform policy: Q = (1.9, 1.1), V = 1.5, A = ±0.4; optimal return 1.9.
-    Observation: one-hot ``[3]`` of (start, HI, LO).
+    Observation: one-hot ``[3]`` of (start, HI, LO). Task metric: ``p_optimal_first_action`` =
+    π(HI | start).
     """
 
     @property
@@ -333,18 +356,21 @@ class AmbiguousBandit(environment.Environment[AmbiguousBanditState, AmbiguousBan
     def observation_space(self, params=None) -> spaces.Box:
         return spaces.Box(0.0, 1.0, (3,), jnp.float32)
 
+    @property
+    def num_states(self) -> int:
+        return 3
+
     def state_index(self, state: AmbiguousBanditState) -> Array:
         """0 start, 1 HI outcome, 2 LO outcome."""
         return jnp.asarray(state.position, jnp.int32)
 
-    def tabular_mdp(self, params: AmbiguousBanditParams | None = None) -> tabular.TabularMDP:
-        params = self.default_params if params is None else params
+    def _tabular_arrays(self, params: AmbiguousBanditParams) -> dict[str, Array]:
         eps = params.epsilon
         transition = jnp.zeros((3, 2, 3)).at[0, 0].set(jnp.array([0.0, 1.0 - eps, eps]))
         transition = transition.at[0, 1].set(jnp.array([0.0, eps, 1.0 - eps]))
         means = jnp.array([0.0, params.mean_hi, params.mean_lo])
         stds = jnp.array([0.0, params.sigma, params.sigma])
-        return tabular.make_tabular_mdp(
+        return dict(
             transition=transition,
             transition_reward=jnp.broadcast_to(means, (3, 2, 3)),
             transition_reward_std=jnp.broadcast_to(stds, (3, 2, 3)),

@@ -8,7 +8,6 @@ code ``seijin-kobayashi/cocoa`` (``ccoa/envs/treasure_conveyor.py`` with
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import chex
@@ -18,7 +17,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxcredit.envs.tabular import TabularMDP, make_tabular_mdp
+from jaxcredit.envs.tabular_env import TabularEnv
 
 # Cell contents, in COCOA's order (the order fixes the observation's one-hot layout).
 EMPTY, APPLE_LEFT, APPLE_RIGHT, DOOR, KEY, TREASURE = range(6)
@@ -94,7 +93,7 @@ def fixed_layout(length: int, seed: int = 2022, apple_prob: float = 0.8) -> np.n
     return cells
 
 
-class KeyToDoor(environment.Environment[KeyToDoorState, KeyToDoorParams]):
+class KeyToDoor(TabularEnv, environment.Environment[KeyToDoorState, KeyToDoorParams]):
     """COCOA's linear key-to-door task: pick a key at t = 0, open a door at t = L-2.
 
     The agent rides a conveyor of ``length`` cells; the position advances by one cell every step
@@ -128,11 +127,12 @@ class KeyToDoor(environment.Environment[KeyToDoorState, KeyToDoorParams]):
     16 * 0.5 + 0.2 = 8.2; a uniform random policy gets 16 * 0.5 / 4 + 0.2 / 16 = 2.0125 and
     collects the treasure with probability 1/4 * 1/4 = 1/16 (key at t = 0, door at t = L-2).
 
-    Ground truth: ``tabular_mdp(params)`` for every length (2L + 2 states: two per cell, three at
-    the treasure cell, one terminal). Transitions are deterministic; apple rewards are a two-point
-    distribution, given to the tabular MDP as mean and std; ``reward_distribution(params)`` has the
-    exact law for reward-conditioned hindsight. Index 1 (at the key cell already holding the key)
-    is unreachable.
+    Ground truth (:class:`~jaxcredit.envs.tabular_env.TabularEnv`): ``tabular_mdp(params)`` for
+    every length (2L + 2 states: two per cell, three at the treasure cell, one terminal).
+    Transitions are deterministic; apple rewards are a two-point distribution, given to the
+    tabular MDP as mean and std; ``reward_law(params)`` (alias ``reward_distribution``) has the
+    exact law. ``task_metrics(params, pi)``: ``key_rate`` and ``treasure_rate``. Index 1 (at the
+    key cell already holding the key) is unreachable.
     """
 
     def __init__(self, length: int = 23, seed: int = 2022, apple_prob: float = 0.8):
@@ -275,7 +275,7 @@ class KeyToDoor(environment.Environment[KeyToDoorState, KeyToDoorParams]):
 
         Built from the layout with plain numpy, independently of ``step_env``, so that tests can
         check one against the other. Apple rewards enter as mean and std of their two-point
-        distribution (``reward_distribution`` has the exact one).
+        distribution (``reward_law`` has the exact one).
         """
         params = self.default_params if params is None else params
         next_index, apple, treasure = self._tabular_structure()
@@ -302,10 +302,8 @@ class KeyToDoor(environment.Environment[KeyToDoorState, KeyToDoorParams]):
             "observation": jax.vmap(self.get_obs)(states),
         }
 
-    def reward_distribution(
-        self, params: KeyToDoorParams | None = None
-    ) -> tuple[jax.Array, jax.Array]:
-        """Exact reward law given (s, a), for reward-conditioned hindsight (COCOA-reward).
+    def reward_law(self, params: KeyToDoorParams | None = None) -> tuple[jax.Array, jax.Array]:
+        """Exact reward law given (s, a): apples are two-point, not Gaussian.
 
         Returns:
           (values ``[4]`` = (0, apple low, apple high, treasure), probs ``[S, A, 4]``).
@@ -321,9 +319,24 @@ class KeyToDoor(environment.Environment[KeyToDoorState, KeyToDoorParams]):
         )
         return values, probs
 
-    def tabular_mdp(self, params: KeyToDoorParams | None = None) -> TabularMDP:
-        """The exact tabular MDP as a ``jaxcredit.envs.tabular.TabularMDP``."""
-        return _tabular_mdp(self, self.default_params if params is None else params)
+    def reward_distribution(
+        self, params: KeyToDoorParams | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """Exact reward law given (s, a), for reward-conditioned hindsight (= ``reward_law``)."""
+        return self.reward_law(params)
+
+    def task_metrics(self, params: KeyToDoorParams | None, pi: jax.Array) -> dict[str, jax.Array]:
+        """``key_rate`` = π(PICK_KEY | s0) and ``treasure_rate`` = P(treasure collected) under π.
+
+        The position advances whatever the action, so the treasure is collected iff the key is
+        taken at t = 0 and the door opened at t = L-2 (holding the key):
+        P = π(PICK_KEY | s0) · π(OPEN_DOOR | door cell, key), exactly.
+        """
+        del params  # the rates depend only on the policy
+        chex.assert_shape(pi, (self.num_states, NUM_ACTIONS))
+        key_rate = pi[self._index_np(0, False, False), PICK_KEY]
+        door_with_key = self._index_np(self.length - 2, True, False)
+        return {"key_rate": key_rate, "treasure_rate": key_rate * pi[door_with_key, OPEN_DOOR]}
 
     # ------------------------------------------------------------------ helpers
 
@@ -375,8 +388,3 @@ class KeyToDoor(environment.Environment[KeyToDoorState, KeyToDoorParams]):
         positions, has_key, door_open = (np.asarray(column) for column in zip(*rows, strict=True))
         return positions.astype(np.int32), has_key.astype(bool), door_open.astype(bool)
 
-
-@functools.partial(jax.jit, static_argnums=0)
-def _tabular_mdp(env, params) -> TabularMDP:
-    # One compiled program: building the tensors op by op costs a compilation per op and shape.
-    return make_tabular_mdp(**env._tabular_arrays(params))

@@ -1,7 +1,8 @@
 """Exact ground truth for small environments: tabular MDPs and dynamic programming in JAX.
 
-Every small environment exposes ``env.tabular_mdp(params) -> TabularMDP`` and
-``env.state_index(state) -> int32`` (the tabular index of an environment state). From a tabular
+Every small environment is a :class:`~jaxcredit.envs.tabular_env.TabularEnv`: it exposes
+``env.tabular_mdp(params) -> TabularMDP`` and ``env.state_index(state) -> int32`` (the tabular
+index of an environment state). From a tabular
 policy ``pi[s, a]`` the functions below give exact V^π, Q^π, A^π, discounted occupancies, the
 hindsight distributions of Harutyunyan et al. (2019, "Hindsight Credit Assignment") and the exact
 policy gradient of a softmax-tabular policy. Everything is pure ``jnp`` and jittable.
@@ -269,6 +270,10 @@ def return_distribution(
     when every episode ends within ``horizon`` steps). Rewards must be deterministic and multiples of
     the grid step; the grid must contain 0 (exactly, up to rounding). Mass of returns outside the
     grid is dropped, so a too-small grid shows as probabilities summing to less than one.
+
+    This is the dense reference ([S, A, S, Z] per backup). :mod:`jaxcredit.envs.return_law`
+    computes the same law over the transitions only, with discrete or Gaussian rewards, fast enough
+    for a training step.
 
     Returns:
       (p_sa ``[S, A, Z]`` = P(Z = z | s, a), p_s ``[S, Z]`` = P(Z = z | s) under π).

@@ -8,7 +8,6 @@ code ``seijin-kobayashi/cocoa`` (``ccoa/envs/interleaving.py`` with
 
 from __future__ import annotations
 
-import functools
 import itertools
 from typing import Any
 
@@ -19,7 +18,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxcredit.envs.tabular import TabularMDP, make_tabular_mdp
+from jaxcredit.envs.tabular_env import TabularEnv
 
 PICK_LEFT, PICK_RIGHT = 0, 1
 NUM_ACTIONS = 2
@@ -64,7 +63,9 @@ class TaskInterleavingParams(environment.EnvParams):
     max_steps_in_episode: int = 100
 
 
-class TaskInterleaving(environment.Environment[TaskInterleavingState, TaskInterleavingParams]):
+class TaskInterleaving(
+    TabularEnv, environment.Environment[TaskInterleavingState, TaskInterleavingParams]
+):
     """COCOA's stochastic task interleaving: keys from query rooms pay off in answer rooms.
 
     There are ``num_contexts`` contexts (default 5), each with ``2 * num_objects`` objects split
@@ -99,9 +100,9 @@ class TaskInterleaving(environment.Environment[TaskInterleavingState, TaskInterl
     5.5610 in expectation (5.5255 with the time limit of 100); a uniform random policy takes each
     key with probability 1/2 and earns exactly half, 2.7805 (2.7627 with the time limit).
 
-    Ground truth: ``tabular_mdp(params)`` enumerates every reachable configuration, as COCOA does:
-    (context, room, objects, side, status of the other contexts) plus one terminal state, 1651
-    states for the defaults. Rewards are deterministic given (state, action). The tabular MDP is
+    Ground truth (a :class:`~jaxcredit.envs.tabular_env.TabularEnv`): ``tabular_mdp(params)``
+    enumerates every reachable configuration, as COCOA does: (context, room, objects, side,
+    status of the other contexts) plus one terminal state, 1651 states for the defaults. Rewards are deterministic given (state, action). The tabular MDP is
     the untruncated process; ``tabular.finite_horizon_values(mdp, pi, 100)`` gives values under
     the default time limit.
     """
@@ -329,10 +330,6 @@ class TaskInterleaving(environment.Environment[TaskInterleavingState, TaskInterl
         probs = np.isclose(reward[..., None], values).astype(np.float32)
         return jnp.asarray(values), jnp.asarray(probs)
 
-    def tabular_mdp(self, params: TaskInterleavingParams | None = None) -> TabularMDP:
-        """The exact tabular MDP (untruncated) as a ``jaxcredit.envs.tabular.TabularMDP``."""
-        return _tabular_mdp(self, self.default_params if params is None else params)
-
     # ------------------------------------------------------------------ helpers
 
     def _query_room_from_uniforms(self, u: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -448,12 +445,6 @@ class TaskInterleaving(environment.Environment[TaskInterleavingState, TaskInterl
             terminated=jnp.asarray(terminated),
             time=jnp.zeros((num_states,), jnp.int32),
         )
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _tabular_mdp(env, params) -> TabularMDP:
-    # One compiled program: building the tensors op by op costs a compilation per op and shape.
-    return make_tabular_mdp(**env._tabular_arrays(params))
 
 
 def _uniform_choice(u: jax.Array, mask: jax.Array) -> jax.Array:

@@ -7,7 +7,6 @@ code ``seijin-kobayashi/cocoa`` (``ccoa/envs/tree.py`` with ``configs/tree.py``)
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import chex
@@ -17,7 +16,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxcredit.envs.tabular import TabularMDP, make_tabular_mdp
+from jaxcredit.envs.tabular_env import TabularEnv
 
 # COCOA makes the reward depend on the action through this multiplier of the action index.
 ACTION_PRIME = 9973
@@ -57,7 +56,7 @@ def level_sizes(depth: int, branching: int, state_overlap: int) -> list[int]:
     return sizes
 
 
-class TreeMDP(environment.Environment[TreeMDPState, TreeMDPParams]):
+class TreeMDP(TabularEnv, environment.Environment[TreeMDPState, TreeMDPParams]):
     """COCOA's tree MDP with tunable state overlap and deterministic pseudo-random rewards.
 
     Level i of the tree has n_i nodes (``level_sizes``); the episode starts at the root and lasts
@@ -82,8 +81,9 @@ class TreeMDP(environment.Environment[TreeMDPState, TreeMDPParams]):
     choice: COCOA feeds its tabular agent the raw triple (depth, position, offset), which carries
     the same information.
 
-    Ground truth: ``tabular_mdp(params)``; ``sum_{i<depth} n_i + 1`` states (260 for depth 4,
-    branching 6, overlap 0; 20 for overlap 6). Deterministic transitions and rewards.
+    Ground truth (a :class:`~jaxcredit.envs.tabular_env.TabularEnv`): ``tabular_mdp(params)``;
+    ``sum_{i<depth} n_i + 1`` states (260 for depth 4, branching 6, overlap 0; 20 for overlap 6).
+    Deterministic transitions and rewards.
     """
 
     def __init__(
@@ -236,10 +236,6 @@ class TreeMDP(environment.Environment[TreeMDPState, TreeMDPParams]):
         probs = (self.reward_table[..., None] == values).astype(np.float32)
         return jnp.asarray(values), jnp.asarray(probs)
 
-    def tabular_mdp(self, params: TreeMDPParams | None = None) -> TabularMDP:
-        """The exact tabular MDP as a ``jaxcredit.envs.tabular.TabularMDP``."""
-        return _tabular_mdp(self, self.default_params if params is None else params)
-
     # ------------------------------------------------------------------ numpy tables
 
     def _reward_table_np(self) -> np.ndarray:
@@ -263,8 +259,3 @@ class TreeMDP(environment.Environment[TreeMDPState, TreeMDPParams]):
                     )
         return table
 
-
-@functools.partial(jax.jit, static_argnums=0)
-def _tabular_mdp(env, params) -> TabularMDP:
-    # One compiled program: building the tensors op by op costs a compilation per op and shape.
-    return make_tabular_mdp(**env._tabular_arrays(params))

@@ -11,7 +11,10 @@ must sit *outside* ``TimeLimit``, so that they see its truncations. Typical stac
 
 Wrappers with state keep the inner state in ``state.env_state``; ``wrapper.state_index`` (when the
 inner environment has one) maps a wrapped state to the inner tabular index, and other attributes
-(``tabular_mdp``, ``num_actions``, ``default_params`` ...) are looked up on the inner environment.
+(``tabular_mdp``, ``task_metrics``, ``reward_law``, ``num_actions``, ``default_params`` ...) are
+looked up on the inner environment. ``DelayedReward`` is the exception for the ground truth: it
+changes the reward process, so it hides the inner environment's ``tabular_mdp``, ``state_index``,
+``task_metrics``, ``reward_law`` (:data:`~jaxcredit.envs.tabular_env.GROUND_TRUTH_ATTRIBUTES`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ from gymnax.environments import spaces
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 Array = jax.Array
+
+# What DelayedReward hides (kept equal to tabular_env.GROUND_TRUTH_ATTRIBUTES by a test; not
+# imported from there so that this module stays free of the tabular machinery).
+_GROUND_TRUTH_ATTRIBUTES = frozenset({
+    "num_states", "state_index", "tabular_mdp", "_tabular_arrays", "task_metrics",
+    "reward_law", "reward_distribution",
+})
 
 
 def _select(pred: Array, on_true: Any, on_false: Any) -> Any:
@@ -58,7 +68,31 @@ class DelayedReward(StatefulWrapper):
     r̃_T = Σ_{t≤T} r_t, where T is the step at which the episode terminates *or* is truncated, so
     the episode return is preserved exactly (same float32 summation order as a running sum). The
     undelayed reward is kept in ``info["undelayed_reward"]``. Works on any environment.
+
+    Ground truth is hidden: the delayed reward depends on the history (the running sum), so the
+    inner environment's tabular MDP, state index, task metrics and reward law are not this
+    process's; reading them raises ``AttributeError`` (``has_ground_truth`` is False). The
+    expected episode return, hence J(θ) and ∇J, is unchanged: ``undelayed`` is the inner
+    environment, for those.
     """
+
+    @property
+    def undelayed(self):
+        """The wrapped environment, whose ground truth gives this one's J(θ) and ∇J."""
+        return self._env
+
+    @property
+    def state_index(self):
+        # Shadows StatefulWrapper.state_index; the AttributeError falls through to __getattr__.
+        raise AttributeError("state_index")
+
+    def __getattr__(self, name):
+        if name in _GROUND_TRUTH_ATTRIBUTES:
+            raise AttributeError(
+                f"DelayedReward hides the inner environment's {name!r}: the delayed reward depends "
+                "on the history, so the inner tabular MDP is not its ground truth (use .undelayed "
+                "for J and its gradient)")
+        return getattr(self._env, name)
 
     @partial(jax.jit, static_argnames=("self",))
     def reset(self, key, params=None):
