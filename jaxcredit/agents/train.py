@@ -35,6 +35,7 @@ updates that end an evaluation block and NaN elsewhere.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable, Optional
 
 import jax
@@ -167,9 +168,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) ->
     elif env_params is None:
         env_params = env.default_params
     num_actions = _discrete_actions(env, env_params, config.env)
-    objective = make_objective(config.objective, critic=config.critic,
-                               normalize_advantage=config.normalize_advantage,
-                               clip_value_loss=config.clip_value_loss)
+    objective = _make_objective(config)
     estimator = make_estimator(config.estimator, **config.estimator_kwargs)
     relabeller = (make_relabeller(config.relabel, **dict(config.relabel_options))
                   if config.relabel else None)
@@ -366,6 +365,23 @@ def _trajectory(tr: Transitions) -> Trajectory:
         obs=tr.obs, action=tr.action, reward=tr.reward, terminated=tr.terminated,
         truncated=tr.truncated, value=zeros, next_value=zeros, log_prob=tr.log_prob,
         logits=tr.logits, next_obs=tr.final_obs, state=tr.state)
+
+
+def _make_objective(config: TrainConfig) -> Objective:
+    """The objective, given the config's critic / advantage / value-clip settings where its
+    factory takes them (a user's objective need not)."""
+    from jaxcredit.objectives import OBJECTIVES  # noqa: PLC0415
+
+    factory = OBJECTIVES.factory(config.objective)
+    try:
+        accepted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    settings = {"critic": config.critic, "normalize_advantage": config.normalize_advantage,
+                "clip_value_loss": config.clip_value_loss}
+    takes_all = any(p.kind == p.VAR_KEYWORD for p in accepted.values())
+    return make_objective(config.objective, **{k: v for k, v in settings.items()
+                                               if takes_all or k in accepted})
 
 
 def _exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optional[Estimator]:

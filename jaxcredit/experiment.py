@@ -1,0 +1,163 @@
+"""Experiments on the engine: a list of runs, each a run directory, and readers for the report.
+
+An experiment script (``experiments/*/run.py``) is a list of :class:`Case` objects (a run
+directory name, a ``TrainConfig``, hyper-parameter settings) and a report. :func:`run_cases`
+trains each case with the host loop (``agents.host_loop.run_experiment``: one compiled program
+per case, all seeds vmapped, checkpoints between chunks) into ``<out>/<case.name>/``, so every
+run can be plotted and inspected with the command line (``jaxcredit plot <out>/<case>``). A case
+whose run directory is complete is skipped and a partial one is resumed: an interrupted
+experiment continues where it stopped.
+
+Outputs never overwrite results: by default an experiment writes into a new folder under
+``runs/experiments/``; :func:`publish` copies the report files into the experiment's committed
+``results/`` folder only when asked (and refuses to replace files there without ``force``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shutil
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jaxcredit import runlog
+from jaxcredit.agents.config import TrainConfig
+from jaxcredit.agents.host_loop import RunSpec, run_experiment
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One run of an experiment.
+
+    Attributes:
+      name: its run directory below the experiment's output folder (may contain ``/``).
+      config: the train config.
+      settings: hyper-parameter settings (dicts of ``Hparams`` fields), seeds vmapped for each.
+      labels: what the report groups by (e.g. ``{"task": "L23", "learner": "hca_return"}``).
+    """
+
+    name: str
+    config: TrainConfig
+    settings: tuple = ({},)
+    labels: dict = dataclasses.field(default_factory=dict)
+
+
+def default_out(experiment: str) -> pathlib.Path:
+    """A fresh output folder, ``runs/experiments/<experiment>-<time>``."""
+    return pathlib.Path("runs") / "experiments" / f"{experiment}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def is_complete(run_dir: pathlib.Path) -> bool:
+    """The run directory holds a finished run."""
+    try:
+        saved = runlog.read_json(run_dir / "config.json")
+        rows = runlog.read_metrics(run_dir / "metrics.csv")
+    except ValueError:
+        return False
+    return bool(rows) and int(rows["update"].max()) == int(saved["num_updates"])
+
+
+def run_cases(cases: Sequence[Case], out: pathlib.Path, num_seeds: int, seed: int = 0,
+              num_chunks: int = 4, progress: bool = False,
+              log: Callable[[str], Any] = print) -> dict[str, dict]:
+    """Trains every case into ``out/<case.name>`` (skipping complete runs, resuming partial
+    ones) and returns ``{case.name: {"seconds", "summary"}}``."""
+    out = pathlib.Path(out)
+    names = [c.name for c in cases]
+    if len(set(names)) != len(names):
+        raise ValueError("case names must be unique")
+    done = {}
+    for i, case in enumerate(cases):
+        run_dir = out / case.name
+        start = time.perf_counter()
+        if is_complete(run_dir):
+            log(f"[{i + 1}/{len(cases)}] {case.name}: complete, skipped")
+            done[case.name] = {"seconds": 0.0, "summary": None}
+            continue
+        resume = (run_dir / "config.json").exists()
+        spec = RunSpec(settings=tuple(case.settings), num_seeds=num_seeds, seed=seed,
+                       num_chunks=num_chunks)
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        summary = run_experiment(None if resume else case.config, None if resume else spec,
+                                 run_dir, resume=resume, progress=progress, plot=False)
+        seconds = time.perf_counter() - start
+        log(f"[{i + 1}/{len(cases)}] {case.name}: {seconds:.0f} s "
+            f"(compile {summary['compile_seconds']:.0f} s), final {summary['metric']} "
+            f"{summary['final_return']:.4g}")
+        done[case.name] = {"seconds": seconds, "summary": summary}
+    return done
+
+
+def curves(run_dir: pathlib.Path, metric: str, setting: int = 0
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """``(env_steps [K], values [S, K])`` of ``metric`` at the updates where it was measured
+    (evaluation points for ``eval/*``), for one hyper-parameter setting."""
+    columns = runlog.read_metrics(pathlib.Path(run_dir) / "metrics.csv")
+    if metric not in columns:
+        raise ValueError(f"{run_dir}: no metric {metric!r}")
+    rows = columns["hparam_index"] == setting
+    seeds = np.unique(columns["seed"][rows])
+    updates = np.unique(columns["update"][rows])
+    values = np.full((len(seeds), len(updates)), np.nan)
+    values[np.searchsorted(seeds, columns["seed"][rows]),
+           np.searchsorted(updates, columns["update"][rows])] = columns[metric][rows]
+    steps = np.zeros(len(updates))
+    steps[np.searchsorted(updates, columns["update"][rows])] = columns["env_steps"][rows]
+    measured = np.isfinite(values).any(axis=0)
+    return steps[measured], values[:, measured]
+
+
+def final(run_dir: pathlib.Path, metric: str, last: int = 1, setting: int = 0) -> np.ndarray:
+    """Per seed: the mean of ``metric`` over its last ``last`` measured points ``[S]``."""
+    _, values = curves(run_dir, metric, setting)
+    return np.nanmean(values[:, -last:], axis=1)
+
+
+def area(run_dir: pathlib.Path, metric: str, setting: int = 0) -> np.ndarray:
+    """Per seed: the mean of ``metric`` over all its measured points (area under the curve)."""
+    _, values = curves(run_dir, metric, setting)
+    return np.nanmean(values, axis=1)
+
+
+def publish(out: pathlib.Path, results: pathlib.Path, files: Sequence[str],
+            force: bool = False) -> list[pathlib.Path]:
+    """Copies report ``files`` from ``out`` into the committed ``results`` folder.
+
+    Refuses (one-line ValueError, nothing copied) if a file would be replaced and not ``force``.
+    """
+    out, results = pathlib.Path(out), pathlib.Path(results)
+    clashes = [name for name in files if (results / name).exists()]
+    if clashes and not force:
+        raise ValueError(f"{results} already holds {', '.join(clashes)}; pass --force to "
+                         "replace the published results")
+    results.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for name in files:
+        shutil.copy2(out / name, results / name)
+        copied.append(results / name)
+    return copied
+
+
+# ----------------------------------------------------------------------------------------------
+# Report helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def mean_ci_cell(values: np.ndarray, digits: int = 3) -> str:
+    """``"m ± h"``: mean and Student-t 95% half-width over seeds."""
+    from jaxcredit.stats import mean_ci  # noqa: PLC0415
+
+    mean, half = mean_ci(np.asarray(values, np.float64))
+    return f"{float(mean):.{digits}f} ± {float(half):.{digits}f}"
+
+
+def markdown_table(rows: Sequence[str], columns: Sequence[str], cell: Callable[[str, str], str],
+                   corner: str = "") -> list[str]:
+    """Markdown lines of a table with ``cell(row, column)`` entries ("" for a missing one)."""
+    lines = [f"| {corner} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for row in rows:
+        lines.append(f"| {row} | " + " | ".join(cell(row, col) for col in columns) + " |")
+    return lines

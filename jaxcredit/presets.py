@@ -1,0 +1,63 @@
+"""Learner presets shared by the experiments, the showcase and the benchmarks.
+
+A learner is a label for a set of ``TrainConfig`` fields. Two suffixes make the ablations every
+credit experiment reports:
+
+* ``"<learner> oracle"``: the learner's hindsight model replaced by the exact one of the current
+  policy (``model="oracle"``; environments with ground truth only). If the oracle learns and the
+  fitted model does not, the shortfall is the model's; if the oracle fails too, it is the
+  estimator's.
+* ``"<learner> 1-step"``: the model fitted with one Adam step per update at the agent's learning
+  rate (``estimator_fit_steps=1``; pass ``estimator_lr`` = the agent's ``lr``). This approximates
+  how learned credit models were trained before they had an optimiser of their own (one shared
+  step per A2C update, the agent's learning rate and grad-norm clip), for before/after tables.
+
+>>> learner_fields("hca_return oracle")["estimator_options"]
+(('model', 'oracle'),)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LEARNERS: dict[str, dict[str, Any]] = {
+    "REINFORCE": dict(algo="reinforce"),
+    "A2C+GAE": dict(algo="a2c", estimator="gae"),
+    "PPO+GAE": dict(algo="ppo", estimator="gae"),
+    "hca_return": dict(algo="a2c", estimator="hca_return"),
+    "hca_return all-action": dict(algo="a2c", estimator="hca_return",
+                                  estimator_options=(("form", "all_action"),)),
+    "hca_state": dict(algo="a2c", estimator="hca_state"),
+    "c2a2c": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "hard"),)),
+    "c2a2c soft": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "soft"),)),
+}
+SUFFIXES = ("oracle", "1-step")
+
+
+def learner_fields(label: str, **overrides: Any) -> dict[str, Any]:
+    """The ``TrainConfig`` fields of learner ``label`` (with an optional suffix), then
+    ``overrides`` (estimator options are merged, the override winning)."""
+    base, suffix = label, None
+    for candidate in SUFFIXES:
+        if label.endswith(" " + candidate):
+            base, suffix = label[: -len(candidate) - 1], candidate
+    if base not in LEARNERS:
+        raise ValueError(f"unknown learner {label!r}; known: {', '.join(LEARNERS)} "
+                         f"(optionally with a suffix: {', '.join(SUFFIXES)})")
+    fields = dict(LEARNERS[base])
+    options = dict(fields.get("estimator_options", ()))
+    if suffix == "oracle":
+        options["model"] = "oracle"
+    if suffix == "1-step":
+        fields["estimator_fit_steps"] = 1
+    options.update(dict(overrides.pop("estimator_options", ())))
+    fields.update(overrides)
+    if options:
+        fields["estimator_options"] = tuple(sorted(options.items()))
+    return fields
+
+
+def is_learned(label: str) -> bool:
+    """True if the learner fits a credit model (so oracle and 1-step variants make sense)."""
+    base = label.split(" oracle")[0].split(" 1-step")[0]
+    return LEARNERS.get(base, {}).get("estimator") in ("hca_return", "hca_state", "c2a2c")

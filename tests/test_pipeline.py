@@ -1,0 +1,165 @@
+"""The credit pipeline: stages defined outside the package plug in with one registry line and
+train; ``module:factory`` names; algo presets; the oracle's refusals.
+
+Compiles dominate on CPU, so every engine here is tiny (CartPole, 4 envs × 8 steps).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcredit import objectives, presets, redistribute, relabel
+from jaxcredit.agents import ALGO_PRESETS, Hparams, TrainConfig, make_engine
+from jaxcredit.estimators import Estimator, make_estimator, register, registered
+from jaxcredit.objectives import losses
+from jaxcredit.types import Credit
+
+TINY = dict(env="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6,
+            hidden_sizes=(8,), eval_every=3, eval_episodes=2, eval_max_steps=20)
+KEY = jax.random.key(0)
+
+
+# -- stages written by a user, outside jaxcredit ------------------------------------------------
+
+def td0() -> Estimator:
+    """One-step TD error as the advantage: r + γ V(s') − V(s) (bootstrap cut at terminals)."""
+
+    def assign(params, trajectory, hparams, key):
+        del params, key
+        target = trajectory.reward + hparams.gamma * (1.0 - trajectory.terminated) \
+            * trajectory.next_value
+        advantage = target - trajectory.value
+        return Credit(advantage=advantage, value_target=target,
+                      diagnostics={"td0_marker": jnp.float32(7.0)})
+
+    return Estimator(name="td0", assign=assign)
+
+
+def reward_offset() -> redistribute.Redistributor:
+    """A learned stage: fits b ≈ E[r] by least squares and pays r − b instead of r."""
+
+    def loss(params, trajectory, hparams, key):
+        value = jnp.mean((trajectory.reward - params["b"]) ** 2)
+        return value, {"offset": params["b"]}
+
+    def apply(params, trajectory, key):
+        return trajectory.replace(reward=trajectory.reward - params["b"])
+
+    return redistribute.Redistributor(name="reward_offset", redistribute=apply,
+                                      init=lambda key, example: {"b": jnp.zeros(())},
+                                      loss=loss, learned=True)
+
+
+def doubled_rewards() -> relabel.Relabeller:
+    return relabel.Relabeller(name="doubled", relabel=lambda traj, key: traj.replace(
+        reward=2.0 * traj.reward))
+
+
+def pg_without_critic_terms() -> objectives.Objective:
+    def loss(outputs, batch, credit, hparams):
+        value, metrics = losses.policy_loss(outputs.logits, batch.action, credit.advantage,
+                                            batch.log_prob, batch.logits, hparams.clip_eps, False)
+        return value, {"custom_objective": jnp.float32(1.0), **metrics}
+
+    return objectives.Objective(name="bare_pg", loss=loss)
+
+
+def test_user_estimator_registers_with_one_line_and_trains():
+    register("td0", td0)
+    assert "td0" in registered()
+    engine = make_engine(TrainConfig(algo="a2c", estimator="td0", **TINY))
+    _, metrics = jax.jit(engine.train)(KEY, Hparams.create())
+    np.testing.assert_allclose(metrics["credit/td0_marker"], 7.0)
+    assert np.all(np.isfinite(metrics["loss"]))
+
+
+def test_module_factory_paths_need_no_registration():
+    engine = make_engine(TrainConfig(algo="a2c", estimator="jaxcredit.estimators.classic:n_step",
+                                     estimator_options=(("n", 3),), **TINY))
+    assert engine.estimator.name == "nstep"
+    with pytest.raises(ValueError, match="cannot import 'no_such_module'"):
+        make_estimator("no_such_module:factory")
+    with pytest.raises(ValueError, match="has no 'nope'"):
+        make_estimator("jaxcredit.estimators.classic:nope")
+
+
+def test_learned_redistributor_is_fitted_and_changes_the_rewards():
+    """CartPole pays 1 per step, so the fitted offset moves towards 1 and the estimator sees
+    r − b: with b > 0 its value targets fall below the undiscounted-sum of ones."""
+    redistribute.register("reward_offset", reward_offset)
+    config = TrainConfig(algo="a2c", redistribute="reward_offset", redistribute_fit_steps=5,
+                         **TINY)
+    engine = make_engine(config)
+    hparams = Hparams.create(redistributor_lr=0.1)
+    state, metrics = jax.jit(engine.train)(KEY, hparams)
+    offsets = np.asarray(metrics["redistribute/offset"])
+    assert offsets[0] < offsets[-1] and 0.5 < float(state.redistributor.params["b"]) < 1.2
+    assert {"redistribute/loss", "redistribute/loss_first", "redistribute/grad_norm"} <= set(
+        metrics)
+    window = engine.collect(state, hparams, jax.random.key(1))
+    traj, credit, fitted, _ = engine.assign_credit(state, window.trajectory, hparams,
+                                                   jax.random.key(2))
+    # Fitted again on this window first, then applied with the new offset.
+    np.testing.assert_allclose(traj.reward, 1.0 - fitted.redistributor.params["b"], rtol=1e-5)
+    assert np.all(np.isfinite(credit.advantage))
+
+
+def test_relabeller_runs_before_the_critic_and_objective_is_pluggable():
+    relabel.register("doubled", doubled_rewards)
+    objectives.register("bare_pg", pg_without_critic_terms)
+    config = TrainConfig(algo="a2c", relabel="doubled", objective="bare_pg", **TINY)
+    engine = make_engine(config)
+    hparams = Hparams.create()
+    state = engine.init(KEY)
+    window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
+    np.testing.assert_allclose(window.trajectory.reward, 2.0)  # CartPole pays 1
+    # Training episodes still report the environment's own returns.
+    _, metrics = jax.jit(engine.train)(KEY, hparams)
+    assert "custom_objective" in metrics and "value_loss" not in metrics
+
+
+def test_algo_is_a_preset_of_objective_estimator_and_loop_counts():
+    assert ALGO_PRESETS["reinforce"]["estimator"] == "mc"
+    for algo, preset in ALGO_PRESETS.items():
+        config = TrainConfig(algo=algo).resolved()
+        for name, value in preset.items():
+            assert getattr(config, name) == value, (algo, name)
+    config = TrainConfig(algo="ppo", objective="pg", update_epochs=2).resolved()
+    assert config.objective == "pg" and config.update_epochs == 2 and config.num_minibatches == 4
+    # REINFORCE's credit is the Monte-Carlo return with V ≡ 0.
+    engine = make_engine(TrainConfig(algo="reinforce", **TINY))
+    assert engine.estimator.name == "mc" and not engine.config.critic
+
+
+def test_presets_build_configs_and_oracle_suffix():
+    fields = presets.learner_fields("hca_state oracle", estimator_options=(("pairs", "sampled"),))
+    assert dict(fields["estimator_options"]) == {"model": "oracle", "pairs": "sampled"}
+    assert presets.learner_fields("hca_return 1-step")["estimator_fit_steps"] == 1
+    with pytest.raises(ValueError, match="unknown learner"):
+        presets.learner_fields("hca_magic")
+    for label in presets.LEARNERS:
+        TrainConfig(**presets.learner_fields(label)).resolved()
+
+
+def test_oracle_needs_ground_truth_and_gamma_one():
+    oracle = TrainConfig(algo="a2c", estimator="hca_return",
+                         estimator_options=(("model", "oracle"),), **TINY)
+    with pytest.raises(ValueError, match="needs an environment with exact ground truth"):
+        make_engine(oracle)
+    with pytest.raises(ValueError, match="needs return_kind='mc'"):
+        make_estimator("hca_return", model="oracle", return_kind="lambda")
+    from jaxcredit.agents.host_loop import check_oracle_settings
+
+    engine = make_engine(TrainConfig(algo="a2c", estimator="hca_return",
+                                     estimator_options=(("model", "oracle"),),
+                                     env="AmbiguousBandit", num_envs=4, num_steps=1,
+                                     total_timesteps=8))
+    check_oracle_settings(engine, [{"gamma": 1.0}])
+    with pytest.raises(ValueError, match="needs gamma=1"):
+        check_oracle_settings(engine, [{"gamma": 0.99}])
+
+
+def test_continuous_actions_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="need discrete actions"):
+        make_engine(TrainConfig(env="Pendulum-v1"))
