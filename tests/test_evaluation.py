@@ -1,0 +1,108 @@
+"""Evaluation and ground truth inside the run: episodes of the current policy, exact J(π) and task
+metrics, evaluation that never changes training, and oracle models equal to the DP ones."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcredit.agents import Hparams, TrainConfig, make_engine
+from jaxcredit.agents import ground_truth as gt
+from jaxcredit.agents.evaluation import play_episodes
+from jaxcredit.envs import make as make_env
+from jaxcredit.envs import tabular
+from jaxcredit.estimators import hindsight_models as hm
+from jaxcredit.estimators import make_estimator
+from jaxcredit.networks import ActorCritic
+
+KEY = jax.random.key(0)
+
+
+def test_play_episodes_counts_each_episode_once_up_to_its_end():
+    """DelayedEffect (n = 3) lasts exactly 4 steps; with σ = 0 the return is +1 if the first
+    action is 0, −1 otherwise. A policy that always picks action 0 returns +1, sampled or greedy,
+    although the scan runs 10 steps (the auto-reset episodes after the first are not counted)."""
+    env, params = make_env("DelayedEffect", n=3, sigma=0.0)
+    always_zero = lambda obs: jnp.tile(jnp.array([5.0, -5.0]), (obs.shape[0], 1))  # noqa: E731
+    out = play_episodes(env, params, always_zero, KEY, num_episodes=8, max_steps=10)
+    np.testing.assert_allclose(out["return"], 1.0, atol=1e-3)
+    np.testing.assert_allclose(out["return_greedy"], 1.0)
+    np.testing.assert_allclose(out["length"], 4.0)
+    uniform = lambda obs: jnp.zeros((obs.shape[0], 2))  # noqa: E731
+    out = play_episodes(env, params, uniform, KEY, num_episodes=4000, max_steps=4)
+    assert abs(float(out["return"])) < 0.05  # ± 1 with equal odds
+
+
+CONFIG = TrainConfig(algo="a2c", estimator="hca_return", env="DelayedEffect",
+                     env_options=(("n", 3),), num_envs=8, num_steps=4, total_timesteps=8 * 4 * 6,
+                     hidden_sizes=(16,), eval_every=3, eval_episodes=4)
+
+
+def test_evaluation_metrics_sit_at_block_ends_and_do_not_change_training():
+    hparams = Hparams.create(gamma=1.0)
+    with_eval = make_engine(CONFIG)
+    without = make_engine(CONFIG.__class__(**{**CONFIG.__dict__, "eval_every": 0}))
+    state_a, metrics_a = jax.jit(with_eval.train)(KEY, hparams)
+    state_b, metrics_b = jax.jit(without.train)(KEY, hparams)
+    chex.assert_trees_all_equal(state_a.agent.params, state_b.agent.params)
+    for name, values in metrics_b.items():
+        np.testing.assert_array_equal(metrics_a[name], values, err_msg=name)
+    evaluated = {k for k in metrics_a if k.startswith("eval/")} | {"estimator/kl_to_exact"}
+    assert {"eval/return", "eval/return_greedy", "eval/length", "eval/exact_return",
+            "eval/p_optimal_first_action"} <= evaluated
+    for name in evaluated:
+        finite = np.isfinite(np.asarray(metrics_a[name]))
+        np.testing.assert_array_equal(finite, [False, False, True, False, False, True], name)
+        assert name not in metrics_b
+
+
+def test_exact_return_and_task_metric_are_those_of_the_policy_network():
+    engine = make_engine(CONFIG)
+    hparams = Hparams.create(gamma=1.0)
+    state = engine.init(KEY)
+    metrics = jax.jit(engine.evaluate)(state, hparams)
+    mdp = engine.env.tabular_mdp(engine.env_params)
+    logits = engine.network.apply(state.agent.params, mdp.observation, method=ActorCritic.policy)
+    pi = jax.nn.softmax(logits)
+    # DelayedEffect: J = P(a0 = 0) · 1 + P(a0 = 1) · (−1) = 2 π(0|s0) − 1.
+    np.testing.assert_allclose(metrics["eval/p_optimal_first_action"], pi[0, 0], rtol=1e-6)
+    np.testing.assert_allclose(metrics["eval/exact_return"], 2 * pi[0, 0] - 1, atol=1e-5)
+
+
+def test_state_oracle_credit_equals_credit_from_the_dp_hindsight_table():
+    """On Shortcut (unaliased one-hot states) the oracle's credit for a window equals hca_state
+    with a tabular model loaded with log h_γ of the current policy's table."""
+    config = TrainConfig(algo="a2c", estimator="hca_state",
+                         estimator_options=(("model", "oracle"),), env="Shortcut", num_envs=4,
+                         num_steps=8, total_timesteps=32, hidden_sizes=(16,))
+    engine = make_engine(config)
+    hparams = Hparams.create(gamma=0.9)
+    state = engine.init(KEY)
+    window = engine.collect(state, hparams, jax.random.key(1))
+    _, credit, _, _ = engine.assign_credit(state, window.trajectory, hparams, jax.random.key(2))
+    mdp = engine.env.tabular_mdp(engine.env_params)
+    pi = gt.policy_table(engine.network, state.agent.params, mdp)
+    table = jnp.log(jnp.maximum(tabular.state_hindsight(mdp, pi, 0.9), 1e-30))
+    reference = make_estimator("hca_state", model=hm.state_tabular(mdp.num_states))
+    traj = window.trajectory.replace(obs=window.trajectory.state)
+    expected = reference.assign({"table": table}, traj, hparams, KEY)
+    np.testing.assert_allclose(credit.advantage, expected.advantage, rtol=1e-5, atol=1e-5)
+
+
+def test_return_oracle_matches_the_bandit_closed_form():
+    """AmbiguousBandit: the oracle's log h(a | s0, Z) is the Gaussian-mixture posterior."""
+    config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit", num_envs=16,
+                         num_steps=1, total_timesteps=16)
+    engine = make_engine(config)
+    hparams = Hparams.create(gamma=1.0)
+    state = engine.init(KEY)
+    traj = engine.collect(state, hparams, jax.random.key(1)).trajectory
+    mdp = engine.env.tabular_mdp(engine.env_params)
+    pi = gt.policy_table(engine.network, state.agent.params, mdp)
+    params = gt.exact_model_params("return_hindsight", engine.ground_truth, mdp, pi,
+                                   hparams.gamma)
+    twin = engine.estimator.oracle()
+    log_h, weight = twin.hindsight(params, traj, hparams, KEY)
+    expected = tabular.bandit_return_hindsight(mdp, pi, traj.reward)[..., 0, :]  # s0 = 0
+    np.testing.assert_allclose(jnp.exp(log_h), expected, rtol=1e-5)
+    np.testing.assert_allclose(weight, 1.0)
