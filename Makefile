@@ -23,6 +23,7 @@ run: $(VENV)/.installed
 	$(BIN)/jaxcredit run
 
 test: $(VENV)/.installed-dev
+	$(BIN)/ruff check jaxcredit tests experiments
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(VENV)/.installed

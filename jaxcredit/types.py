@@ -1,6 +1,6 @@
 """Records shared by estimators, environments and agents.
 
-All arrays are time-major: ``[T, *batch]`` with time first (DESIGN.md, "Time-major arrays").
+All arrays are time-major: ``[T, *batch]`` with time first (docs/design.md, "Time-major arrays").
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ PyTree = Any
 class Trajectory:
     """A rollout window of ``T`` steps over a batch of environments.
 
-    Conventions (rlax / Sutton & Barto, DESIGN.md "Termination is not truncation"):
+    Conventions (rlax / Sutton & Barto, docs/design.md "Termination is not truncation"):
 
     * ``reward[t]`` is the reward of the transition s_t -> s_{t+1}.
     * ``terminated[t]``: the episode reached a true terminal state at t (no bootstrap).

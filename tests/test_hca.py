@@ -78,7 +78,7 @@ def _bandit():
 
 
 def test_exact_bandit_hindsight_matches_the_hand_computed_table():
-    """hca_family.md §2.4: ε = 0.1, μ = (2, 1), σ = 1.5, uniform π."""
+    """The ambiguous bandit of Harutyunyan et al. (2019): ε = 0.1, μ = (2, 1), σ = 1.5, uniform π."""
     mdp = _bandit()
     pi = tabular.uniform_policy(mdp)
     model = D.exact_return_model(mdp, pi, D.plan_exact_return(mdp, 1.0, 1))

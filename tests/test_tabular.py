@@ -89,7 +89,7 @@ def test_ambiguous_bandit_closed_forms():
     np.testing.assert_allclose(tabular.action_values(mdp, pi, 1.0)[0], [1.9, 1.1], atol=1e-6)
     np.testing.assert_allclose(tabular.state_values(mdp, pi, 1.0)[0], 1.5, atol=1e-6)
     np.testing.assert_allclose(tabular.advantages(mdp, pi, 1.0)[0], [0.4, -0.4], atol=1e-6)
-    # hca_family.md §2.4: h(HI | z) and the ratios π/h.
+    # The ambiguous bandit (Harutyunyan et al. 2019): h(HI | z) and the ratios π/h.
     z = jnp.array([-1.0, 0.0, 1.0, 1.5, 2.0, 3.0, 4.0])
     h = tabular.bandit_return_hindsight(mdp, pi, z)[:, 0]  # [Z, A] at the start state
     np.testing.assert_allclose(h[:, 0], [0.2981, 0.3714, 0.4557, 0.5, 0.5443, 0.6286, 0.7019],

@@ -7,7 +7,7 @@ See docs/envs.md for the table of environments.
 """
 
 from jaxcredit.envs import return_law, tabular
-from jaxcredit.envs.registry import make, registered
+from jaxcredit.envs.registry import make, register, registered
 from jaxcredit.envs.tabular import TabularMDP
 from jaxcredit.envs.tabular_env import TabularEnv, has_ground_truth
 from jaxcredit.envs.wrappers import DelayedReward, EpisodeStats, FlattenObservation, TimeLimit
@@ -21,6 +21,7 @@ __all__ = [
     "TimeLimit",
     "has_ground_truth",
     "make",
+    "register",
     "registered",
     "return_law",
     "tabular",

@@ -53,6 +53,14 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
 }
 
 
+def register(name: str, target: str, **defaults: Any) -> None:
+    """Adds (or replaces) an environment: ``target`` is ``"package.module:Class"`` (a gymnax
+    environment class or factory); ``defaults`` are constructor arguments fixed by the name."""
+    if ":" not in target:
+        raise ValueError(f"an environment target must look like 'module:Class', got {target!r}")
+    _JAXCREDIT_ENVS[name] = _Entry(target, tuple(sorted(defaults.items())))
+
+
 def registered() -> list[str]:
     """Every registered name: jaxcredit's first, then gymnax's (the ``DelayedReward-`` prefix
     applies to all of them and is not listed)."""
@@ -66,11 +74,13 @@ def _unknown(name: str) -> ValueError:
 
 
 def _load(target: str):
-    module_name, attr = target.split(":")
+    module_name, attr = target.split(":", 1)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         raise ValueError(f"Environment module {module_name} is not available: {error}") from None
+    if not hasattr(module, attr):
+        raise ValueError(f"Environment module {module_name} has no {attr!r}")
     return getattr(module, attr)
 
 
@@ -124,8 +134,8 @@ def make(name: str, **kwargs) -> tuple[Any, Any]:
     if name.startswith(DELAYED_PREFIX):
         env, params = make(name[len(DELAYED_PREFIX):], **kwargs)
         return DelayedReward(env), params
-    if name in _JAXCREDIT_ENVS:
-        entry = _JAXCREDIT_ENVS[name]
+    if name in _JAXCREDIT_ENVS or (":" in name and name not in gymnax.registered_envs):
+        entry = _JAXCREDIT_ENVS.get(name, _Entry(name))
         factory = _load(entry.target)
         init, rest = _split_kwargs(name, factory, kwargs)
         fixed = sorted(set(init) & set(dict(entry.defaults)))

@@ -1,7 +1,7 @@
 """Parameter-free credit estimators as :class:`Estimator` records: GAE, TD(λ), Monte Carlo, n-step.
 
 Each one turns a :class:`Trajectory` into per-step advantages ``G_t - V(s_t)`` and value targets
-``G_t``, with the episode-end conventions of DESIGN.md (a time-out bootstraps from V(final
+``G_t``, with the episode-end conventions of docs/design.md (a time-out bootstraps from V(final
 observation), a termination does not, and no return crosses an episode boundary).
 """
 

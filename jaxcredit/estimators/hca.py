@@ -61,7 +61,7 @@ PAIR_MODES = ("all", "sampled")
 
 
 def mixed_hindsight(h: Array, pi: Array, mix: Union[float, Array]) -> Array:
-    """h_λ = λ h + (1 − λ) π, the smoothed hindsight (hca_family.md §1.3).
+    """h_λ = λ h + (1 − λ) π, the smoothed hindsight (docs/hca.md, "mix").
 
     For λ < 1 the credit ratio c = π / h_λ lies in [π/(λ + (1 − λ)π), 1/(1 − λ)], so the sampled
     advantage (1 − c) Z is bounded by max(1, λ/(1 − λ)) |Z|. The all-action advantage
