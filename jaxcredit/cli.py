@@ -376,16 +376,9 @@ def dispatch(argv: list[str]):
     if command == "run":
         return _lazy_main("jaxcredit.showcase")(rest)
     if command == "bench":
-        targets = {"train": "jaxcredit.bench.train", "estimators": "jaxcredit.bench.estimators"}
-        if rest and rest[0] in ("-h", "--help"):
-            print(f"usage: {PROG} bench {{{','.join(targets)}}} [options]; "
-                  f"'{PROG} bench train --help' for the options")
-            return None
-        if not rest or rest[0] not in targets:
-            raise UsageError(f"usage: {PROG} bench {{{','.join(targets)}}} [options]")
-        return _lazy_main(targets[rest[0]])(rest[1:])
+        return _lazy_main("jaxcredit.bench.cli")(rest)
     if command == "diagnose":
-        return _lazy_main("jaxcredit.diagnostics")(rest)
+        return _lazy_main("jaxcredit.diagnostics.cli")(rest)
     raise UsageError(f"unknown command {command!r}; choose one of {', '.join(SUBCOMMANDS)}")
 
 

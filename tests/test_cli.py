@@ -89,9 +89,38 @@ def test_console_script_error_has_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_bench_train_rejects_unknown_estimator(capsys):
-    from jaxcredit.bench import train as bench_train
+@pytest.mark.parametrize("argv, message", [
+    (["diagnose", "--estimators", "gae,hca_retrun"], "unknown estimator 'hca_retrun'"),
+    (["diagnose", "--env", "NoSuchEnv"], "Unknown environment 'NoSuchEnv'"),
+    (["diagnose", "--gamma", "2"], "gamma must lie in [0, 1], got 2"),
+    (["bench", "train", "--estimators", "hca_retrun"], "unknown estimator 'hca_retrun'"),
+    (["bench", "train", "--estimators", "hca_return", "--env", "NoSuchEnv"],
+     "Unknown environment 'NoSuchEnv'"),
+    (["bench", "train", "--gamma", "2"], "gamma must lie in [0, 1], got 2"),
+    (["bench", "train", "--baseline-rev", "no-such-revision"], "is not a commit"),
+    (["bench", "estimators", "--estimators", "gae,hca_retrun"], "unknown estimator(s) hca_retrun"),
+    (["bench", "estimators", "--gamma", "-0.5"], "gamma must lie in [0, 1], got -0.5"),
+    (["bench", "fly"], "unknown benchmark 'fly'"),
+])
+def test_bench_and_diagnose_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path,
+                                                             monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(argv, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jaxcredit: error: "), err
+    assert message in lines[0], lines[0]
+    assert not list(tmp_path.iterdir())  # nothing written
 
-    assert bench_train.main(["--quick", "--estimators", "hca_retrun"]) == 2
-    err = capsys.readouterr().err
-    assert "unknown estimator(s) hca_retrun" in err and "hca_return" in err
+
+@pytest.mark.parametrize("argv, expected", [
+    (["diagnose", "--help"], "--policy-scale"),
+    (["bench", "--help"], "estimators"),
+    (["bench", "train", "--help"], "--baseline-rev"),
+    (["bench", "estimators", "--help"], "--lambda"),
+])
+def test_bench_and_diagnose_help_exits_0(argv, expected, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 0
+    assert expected in capsys.readouterr().out

@@ -1,5 +1,6 @@
-"""Tests of jaxcredit.diagnostics: gradient statistics, per-episode gradients, the compiled
-diagnostic against exact DP gradients, and the ``jaxcredit diagnose`` command line."""
+"""Tests of jaxcredit.diagnostics: gradient statistics, per-episode gradients, estimator specs,
+the compiled diagnostic against exact DP gradients (exact models through the estimators' oracle
+twins), and the ``jaxcredit diagnose`` command line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxcredit import cli
 from jaxcredit import diagnostics as D
 from jaxcredit.envs import tabular
 
@@ -63,7 +65,7 @@ def delayed_effect_exact():
     config = D.DiagnoseConfig(
         env="DelayedEffect", env_kwargs=(("n", 2), ("sigma", 0.0)),
         estimators=("reinforce", "gae", "hca_return", "hca_return:form=all_action", "hca_state",
-                    "c2a2c"),
+                    "c2a2c", "hca_return:model=oracle"),
         num_trajectories=8192, num_fit=16, hindsight="exact", gamma=1.0, lambda_=0.8)
     return D.diagnose(config, seed=1, policy_scale=0.7)
 
@@ -97,30 +99,113 @@ def test_documented_properties_on_deterministic_delayed_effect(delayed_effect_ex
     assert float(r["hca_return"]["relative_bias"]) > 0.2
 
 
+def test_exact_mode_uses_the_oracle_twin(delayed_effect_exact):
+    """``hindsight="exact"`` swaps a learned estimator for its ``model="oracle"`` twin: asking for
+    the oracle by name gives the same numbers, and nothing is fitted."""
+    r = delayed_effect_exact
+    for key in ("bias_db", "var_db", "snr_db"):
+        np.testing.assert_allclose(r["hca_return:model=oracle"][key], r["hca_return"][key],
+                                   rtol=1e-6)
+    for label in ("hca_return", "hca_state", "c2a2c", "gae"):
+        assert np.isnan(r[label]["fit_loss"]) and np.isnan(r[label]["kl_to_exact"]), label
+
+
+def test_exact_return_hindsight_with_gaussian_rewards():
+    """The engine's return law covers Gaussian reward noise: with σ = 1 the exact all-action
+    return-HCA credit is unbiased (it was refused before the return law handled noise)."""
+    config = D.DiagnoseConfig(
+        env="DelayedEffect", env_kwargs=(("n", 2), ("sigma", 1.0)),
+        estimators=("hca_return:form=all_action",), num_trajectories=4096, num_fit=16,
+        hindsight="exact", gamma=1.0)
+    entry = D.diagnose(config, seed=2, policy_scale=0.7)["hca_return:form=all_action"]
+    assert float(entry["bias_db"]) < float(entry["floor_db"]) + 8.0
+    assert float(entry["cosine"]) > 0.99
+
+
+def test_episodes_pay_the_environments_discrete_reward_law():
+    """KeyToDoor's apples pay 0.1 or 0.9 (its ``reward_law``), not the tabular MDP's Gaussian of
+    the same mean: the exact return hindsight is the law of those returns."""
+    env, params = D.program.tabular_env("KeyToDoor", (("length", 8),))
+    mdp = env.tabular_mdp(params)
+    values, _ = env.reward_law(params)
+    pi = tabular.uniform_policy(mdp)
+    batch = D.program.sample_episodes(mdp, pi, jax.random.key(0), 2048, 8, env.reward_law(params))
+    reward = np.asarray(batch.reward)[np.asarray(batch.valid)]
+    assert np.all(np.isin(np.round(reward, 5), np.round(np.asarray(values), 5)))
+    # Same mean reward per (s, a) as the MDP: E[r] over the sampled steps.
+    expected = np.asarray(mdp.reward)[np.asarray(batch.state), np.asarray(batch.action)]
+    expected = expected[np.asarray(batch.valid)]
+    assert abs(reward.mean() - expected.mean()) < 4 * reward.std() / np.sqrt(reward.size)
+
+
+def test_specs_parse_names_options_and_lists():
+    spec = D.parse_spec("hca_return:form=all_action:mix=0.5:baseline=true")
+    assert (spec.label, spec.name) == ("hca_return:form=all_action:mix=0.5:baseline=true",
+                                       "hca_return")
+    assert spec.options == (("form", "all_action"), ("mix", 0.5), ("baseline", True))
+    assert D.parse_spec("my_pkg.credit:td0:n=3").name == "my_pkg.credit:td0"
+    assert [s.label for s in D.parse_specs(["gae,mc", "hca_state"])] == ["gae", "mc", "hca_state"]
+    assert D.parse_spec("reinforce").zero_critic and D.parse_spec("reinforce").build().name == "mc"
+    with pytest.raises(ValueError, match="after the options"):
+        D.parse_spec("hca_return:mix=0.5:oops")
+
+
+def run_cli(argv, capsys):
+    """``jaxcredit diagnose ARGV``: (exit status, stdout, stderr)."""
+    try:
+        code = cli.main(["diagnose", *argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["--env", "NoSuchEnv"], "Unknown environment"),
-    (["--estimators", "gae,hca_retrun"], "unknown estimator"),
-    (["--gamma", "1.5"], "gamma"),
-    (["--env-arg", "n"], "KEY=VALUE"),
-    (["--env-arg", "colour=3"], "unknown keyword"),
-    (["--hindsight", "exact", "--estimators", "hca_return"], "exact return hindsight"),
+    (["--env", "NoSuchEnv"], "Unknown environment 'NoSuchEnv'"),
+    (["--estimators", "gae,cocoa_reward"], "unknown estimator 'cocoa_reward'"),
+    (["--gamma", "2"], "gamma must lie in [0, 1], got 2"),
+    (["--lambda", "-0.5"], "lambda must lie in [0, 1]"),
+    (["--env-option", "n"], "KEY=VALUE"),
+    (["--env-option", "colour=3"], "unknown keyword"),
     (["--env", "CartPole-v1"], "no exact tabular MDP"),
     (["--estimators", "hca_state:pairs=several"], "pairs"),
+    (["--hindsight", "exact", "--gamma", "0.9", "--estimators", "hca_return"], "needs gamma=1"),
+    (["--env", "GridWorld-v1", "--estimators", "hca_return:model=oracle"],
+     "no exact return hindsight on this environment"),
+    (["--hindsight", "exact", "--estimators", "hca_return:return_kind=lambda"], "no exact model"),
+    (["--hindsight", "sometimes"], "invalid choice 'sometimes'"),
+    (["--estimators", "gae,gae"], "given twice"),
+    (["--num-trajectories", "1"], "num_trajectories must be at least 2"),
+    (["--policy-scale", "-1"], "policy_scale must be >= 0"),
 ])
-def test_cli_bad_input_gives_one_line_error(argv, message, capsys, tmp_path):
-    code = D.main(argv + ["--out", str(tmp_path)])
-    err = capsys.readouterr().err.strip()
-    assert code != 0
-    assert len(err.splitlines()) == 1 and message in err, err
+def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    code, _, err = run_cli(argv + ["--out", str(tmp_path / "out")], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jaxcredit: error: "), err
+    assert message in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_help_states_the_defaults(capsys):
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0
+    assert "--env-option" in out and "--lambda" in out
+    assert "(default: 0.5)" in " ".join(out.split()[out.split().index("--policy-scale"):][:40])
 
 
 def test_cli_prints_table_and_writes_results(capsys, tmp_path):
-    code = D.main(["--env", "AmbiguousBandit", "--estimators", "reinforce,hca_return",
-                   "--num-trajectories", "512", "--num-fit", "64", "--fit-steps", "5",
-                   "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    code, out, _ = run_cli(["--env", "AmbiguousBandit", "--estimators", "reinforce,hca_return",
+                            "--num-trajectories", "512", "--num-fit", "64", "--fit-steps", "5",
+                            "--out", str(tmp_path)], capsys)
     assert code == 0
     assert "SNR dB" in out and "hca_return" in out and "reinforce" in out
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert set(saved["results"]) >= {"reinforce", "hca_return", "_true_gradient_norm"}
+    assert saved["policy_scale"] == 0.5 and saved["config"]["env"] == "AmbiguousBandit"
+    results = saved["results"]
+    assert set(results) >= {"reinforce", "hca_return", "_true_gradient_norm"}
+    # The learned model is fitted and compared with the exact one (the bandit's closed form).
+    assert np.isfinite(results["hca_return"]["fit_loss"])
+    assert 0.0 <= results["hca_return"]["kl_to_exact"] < 1.0
+    assert np.isnan(results["reinforce"]["kl_to_exact"])
     assert (tmp_path / "diagnose.png").stat().st_size > 1000

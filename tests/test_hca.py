@@ -17,13 +17,15 @@ import pytest
 
 from jaxcredit import diagnostics as D
 from jaxcredit import envs
+from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.agents.config import Hparams
 from jaxcredit.envs import tabular
 from jaxcredit.estimators import hca as H
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators import make_estimator
 from jaxcredit.types import Trajectory
 
-HP = D.Hparams(gamma=jnp.float32(1.0), lambda_=jnp.float32(0.9))
+HP = Hparams.create(gamma=1.0, lambda_=0.9)
 
 KEY = jax.random.key(1234)  # the stages' PRNG key (only sampling estimators use it)
 
@@ -77,14 +79,22 @@ def _bandit():
     return mdp
 
 
+def exact_return_hindsight(pi, env_name="AmbiguousBandit", **env_kwargs):
+    """Params of the ``model="oracle"`` return hindsight: the exact h(a | s, Z) of π, γ = 1
+    (the engine's ground truth)."""
+    env, params = envs.make(env_name, **env_kwargs)
+    gt = gt_lib.make_ground_truth(env, params, need_return_law=True)
+    return gt_lib.exact_model_params("return_hindsight", gt, gt.mdp(), pi, 1.0)
+
+
 def test_exact_bandit_hindsight_matches_the_hand_computed_table():
     """The ambiguous bandit of Harutyunyan et al. (2019): ε = 0.1, μ = (2, 1), σ = 1.5, uniform π."""
     mdp = _bandit()
     pi = tabular.uniform_policy(mdp)
-    model = D.exact_return_model(mdp, pi, D.plan_exact_return(mdp, 1.0, 1))
+    params = exact_return_hindsight(pi)
     z = jnp.array([-1.0, 0.0, 1.0, 1.5, 2.0, 3.0, 4.0])
-    obs = jnp.broadcast_to(jax.nn.one_hot(0, 3), (7, 3))
-    h = jax.nn.softmax(model.logits({}, obs, z, z, jnp.zeros((7, 2))))
+    state = jnp.zeros((7,), jnp.int32)
+    h = jax.nn.softmax(hm.return_oracle().logits(params, state, z, z, jnp.zeros((7, 2))))
     np.testing.assert_allclose(h[:, 0], [0.2981, 0.3714, 0.4557, 0.5, 0.5443, 0.6286, 0.7019],
                                atol=1e-4)
     np.testing.assert_allclose(0.5 / h[:, 0], [1.6771, 1.3463, 1.0971, 1.0, 0.9187, 0.7954, 0.7124],
@@ -159,12 +169,13 @@ def test_ambiguous_bandit_hca_advantage_averages_to_exact():
     """Uniform π: A = ±0.4. Sampled (per action taken) and all-action forms, exact hindsight."""
     mdp = _bandit()
     pi = tabular.uniform_policy(mdp)
-    model = D.exact_return_model(mdp, pi, D.plan_exact_return(mdp, 1.0, 1))
+    exact = exact_return_hindsight(pi)
     batch = tabular.sample_episodes(mdp, pi, jax.random.key(0), 200_000, 1)
     traj = D.episodes_to_trajectory(mdp, pi, batch, jnp.zeros(mdp.num_states))
-    sampled = make_estimator("hca_return", model=model).assign({}, traj, HP, KEY).advantage[0]
-    all_action = make_estimator("hca_return", model=model, form="all_action").assign(
-        {}, traj, HP, KEY).advantage[0]
+    sampled = make_estimator("hca_return", model="oracle").assign(
+        exact, traj, HP, KEY).advantage[0]
+    all_action = make_estimator("hca_return", model="oracle", form="all_action").assign(
+        exact, traj, HP, KEY).advantage[0]
     action = np.asarray(batch.action[0])
     for a, expected in ((0, 0.4), (1, -0.4)):
         x = np.asarray(sampled)[action == a]
@@ -179,13 +190,14 @@ def test_sampled_and_all_action_forms_agree_in_expectation():
     mdp = _bandit()
     theta = jnp.array([[0.8, -0.4], [0.0, 0.0], [0.0, 0.0]])
     pi = tabular.softmax_policy(theta)
-    model = D.exact_return_model(mdp, pi, D.plan_exact_return(mdp, 1.0, 1))
+    exact = exact_return_hindsight(pi)
     batch = tabular.sample_episodes(mdp, pi, jax.random.key(3), 50_000, 1)
     traj = D.episodes_to_trajectory(mdp, pi, batch, jnp.zeros(mdp.num_states))
     true = tabular.policy_gradient(mdp, theta, 1.0)
     means = []
     for form in H.FORMS:
-        adv = make_estimator("hca_return", model=model, form=form).assign({}, traj, HP, KEY).advantage
+        adv = make_estimator("hca_return", model="oracle", form=form).assign(
+            exact, traj, HP, KEY).advantage
         g = D.per_trajectory_gradients(adv, batch.state, batch.action, batch.valid, pi, 1.0)
         se = g.std(0) / np.sqrt(g.shape[0])
         np.testing.assert_array_less(jnp.abs(g.mean(0) - true), 4 * se + 1e-6)
@@ -203,12 +215,11 @@ def test_sampled_return_hca_needs_overlapping_return_supports():
     mdp = env.tabular_mdp(params)
     theta = jnp.zeros((mdp.num_states, 2)).at[0].set(jnp.array([0.6, -0.2]))
     pi = tabular.softmax_policy(theta)
-    model = D.exact_return_model(mdp, pi, D.plan_exact_return(mdp, 1.0, 3))
+    table = exact_return_hindsight(pi, "DelayedEffect", n=2, sigma=0.0)
     batch = tabular.sample_episodes(mdp, pi, jax.random.key(4), 4_000, 3)
     traj = D.episodes_to_trajectory(mdp, pi, batch, jnp.zeros(mdp.num_states))
-    est_s = make_estimator("hca_return", model=model)
-    est_a = make_estimator("hca_return", model=model, form="all_action")
-    table = est_s.init(jax.random.key(0), traj)  # the exact table
+    est_s = make_estimator("hca_return", model="oracle")
+    est_a = make_estimator("hca_return", model="oracle", form="all_action")
     sampled = est_s.assign(table, traj, HP, KEY).advantage[0]
     all_action = est_a.assign(table, traj, HP, KEY).advantage[0]
     p0, p1 = np.asarray(pi[0])
@@ -266,7 +277,7 @@ def test_state_hca_chunked_equals_plain_reference(bootstrap):
     traj, state = _random_trajectory(jax.random.key(5), num_steps=9, num_envs=4)
     table = jax.random.normal(jax.random.key(6), (5, 5, 3))
     gamma = 0.9
-    hp = D.Hparams(gamma=jnp.float32(gamma), lambda_=jnp.float32(0.9))
+    hp = Hparams.create(gamma=gamma, lambda_=0.9)
     ref_adv, ref_loss = ref_state_hca(traj, state, table, gamma, bootstrap)
     for chunk in ((1, 4) if bootstrap else (4,)):
         est = make_estimator("hca_state", model="tabular", num_states=5, chunk=chunk,

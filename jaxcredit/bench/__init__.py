@@ -1,1 +1,10 @@
-"""Benchmarks: ``estimators`` (multistep functions vs rlax) and ``train`` (the engine vs PureJaxRL)."""
+"""Benchmarks of jaxcredit, each one a race of compiled calls in a single process.
+
+* ``jaxcredit bench train`` (:mod:`.train`): training throughput of the engine against PureJaxRL
+  (:mod:`.purejaxrl`, from the user's checkout), against the engine of an earlier git revision
+  (:mod:`.baseline`), and the cost of the fitted credit models relative to A2C+GAE;
+* ``jaxcredit bench estimators`` (:mod:`.estimators`): the multistep estimators against rlax.
+
+:mod:`.timing` holds the protocol (ahead-of-time compile, alternating calls, medians) and
+:mod:`.cli` the command.
+"""

@@ -1,31 +1,58 @@
 """Estimator benchmark: jaxcredit's multistep functions against rlax (vmapped), side by side.
 
-    python -m jaxcredit.bench estimators [--quick] [--out results.json]
-    jaxcredit bench estimators ...
+    jaxcredit bench estimators [--quick] [--estimators gae,vtrace] [--json results.json]
+    python -m jaxcredit.bench estimators ...
 
 For each estimator, window length T and batch size B it times jaxcredit's ``scan`` form, its
-``associative`` form and ``jax.vmap`` of the rlax function over the batch axis of the same time-major
-arrays, all in one process. Compile time (AOT ``lower().compile()``) is reported separately from run
-time; run time is the median of repeated calls, each ended by ``block_until_ready``. The ratio column
-is the time of jaxcredit's *default* method on this backend divided by rlax's time (≤ 1 is the goal).
+``associative`` form and ``jax.vmap`` of the rlax function over the batch axis of the same
+time-major arrays, all in one process. Compile time (AOT ``lower().compile()``) is reported
+separately from run time; run time is the median of repeated calls, each ended by
+``block_until_ready``. The ratio column is the time of jaxcredit's *default* method on this
+backend divided by rlax's time (≤ 1 is the goal).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-
-import sys
+import pathlib
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Annotated, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import rlax
+import tyro
 
+from jaxcredit.agents.config import Hparams
 from jaxcredit.estimators import returns as R
+
+ESTIMATORS = ("gae", "truncated_gae", "lambda_returns", "discounted_returns", "vtrace", "n_step")
+
+
+@dataclasses.dataclass
+class EstimatorsBench:
+    """jaxcredit's multistep estimators against rlax's (vmapped over the batch), compile apart,
+    calls alternating, median of repeated calls."""
+
+    quick: bool = False
+    """one small shape (T=128, B=1024) and at most 20 repeats: a smoke table in seconds"""
+    T: tuple[int, ...] = (128, 1024)
+    """window lengths"""
+    B: tuple[int, ...] = (1024, 8192)
+    """batch sizes"""
+    repeats: int = 30
+    """timed calls per case (median)"""
+    estimators: tuple[str, ...] = ESTIMATORS
+    """which estimators, comma- or space-separated"""
+    gamma: float = 0.99
+    """discount γ"""
+    lambda_: Annotated[float, tyro.conf.arg(name="lambda")] = 0.95
+    """λ of GAE, λ-returns and V-trace"""
+    json: Optional[str] = None
+    """write the timings to this JSON file"""
 
 
 @dataclass
@@ -40,10 +67,14 @@ class Timing:
     p90_us: float
 
 
-def _inputs(T: int, B: int, seed: int = 0) -> dict:
-    """Random time-major inputs with ~2% terminations and ~1% truncations."""
+def _inputs(T: int, B: int, gamma: float = 0.99, seed: int = 0) -> dict:
+    """Random time-major inputs with ~2% terminations and ~1% truncations; ``discount`` is γ,
+    0 at terminations."""
     rng = np.random.default_rng(seed)
-    f32 = lambda x: jnp.asarray(x, jnp.float32)
+
+    def f32(x):
+        return jnp.asarray(x, jnp.float32)
+
     term = rng.random((T, B)) < 0.02
     trunc = (rng.random((T, B)) < 0.01) & ~term
     return {
@@ -51,17 +82,19 @@ def _inputs(T: int, B: int, seed: int = 0) -> dict:
         "v": f32(rng.normal(size=(T, B))),
         "nv": f32(rng.normal(size=(T, B))),
         "values": f32(rng.normal(size=(T + 1, B))),
-        "discount": f32(0.99 * (1.0 - term)),
+        "discount": f32(gamma * (1.0 - term)),
         "rho": f32(np.exp(0.3 * rng.normal(size=(T, B)))),
         "terminated": jnp.asarray(term),
         "truncated": jnp.asarray(trunc),
     }
 
 
-def _cases(x: dict) -> dict[str, dict[str, tuple[Callable, tuple]]]:
+def _cases(x: dict, gamma: float, lam: float) -> dict[str, dict[str, tuple[Callable, tuple]]]:
     """estimator -> impl -> (function, args). All functions return [T, B]."""
-    tm = lambda fn, in_axes: jax.vmap(fn, in_axes=in_axes, out_axes=1)
-    lam, gamma = 0.95, 0.99
+
+    def tm(fn, in_axes):  # an rlax function of one sequence, vmapped over time-major batches
+        return jax.vmap(fn, in_axes=in_axes, out_axes=1)
+
     cases: dict[str, dict[str, tuple[Callable, tuple]]] = {}
     for method in R.METHODS:
         cases.setdefault("gae (episode-aware)", {})[method] = (
@@ -132,11 +165,12 @@ def time_interleaved(calls: dict[str, tuple[Callable, tuple]], repeats: int,
     return runs
 
 
-def run(shapes: list[tuple[int, int]], repeats: int, estimators: list[str] | None = None) -> list[Timing]:
+def run(shapes: list[tuple[int, int]], repeats: int, estimators: list[str] | None = None,
+        gamma: float = 0.99, lam: float = 0.95) -> list[Timing]:
     timings = []
     for T, B in shapes:
-        x = _inputs(T, B)
-        for name, impls in _cases(x).items():
+        x = _inputs(T, B, gamma)
+        for name, impls in _cases(x, gamma, lam).items():
             if estimators and name.split(" ")[0] not in estimators:
                 continue
             compiled, compile_s = {}, {}
@@ -164,54 +198,54 @@ def table(timings: list[Timing]) -> str:
             default = "scan"
         ours = impls[default].median_us
         rl = impls.get("rlax")
-        fmt = lambda k: f"{impls[k].median_us:10.1f}" if k in impls else f"{'-':>10}"
+
+        def fmt(k):
+            return f"{impls[k].median_us:10.1f}" if k in impls else f"{'-':>10}"
+
         ratio = f"{ours / rl.median_us:6.2f}" if rl else f"{'-':>6}"
         lines.append(f"{name:<22} {T:>5} {B:>6} {fmt('scan')} {fmt('associative')} {fmt('rlax')} "
                      f"{default:>11} {ratio}")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="jaxcredit bench estimators",
-        description="Time jaxcredit's multistep estimators against rlax (vmapped).")
-    parser.add_argument("--quick", action="store_true",
-                        help="one small shape (T=128, B=1024), few repeats: a ~15 s smoke table")
-    parser.add_argument("--T", type=int, nargs="+", default=[128, 1024], help="window lengths")
-    parser.add_argument("--B", type=int, nargs="+", default=[1024, 8192], help="batch sizes")
-    parser.add_argument("--repeats", type=int, default=30, help="timed calls per case (median)")
-    parser.add_argument("--estimators", type=str, default=None,
-                        help="comma-separated subset, e.g. gae,lambda_returns")
-    parser.add_argument("--out", type=str, default=None, help="write the timings as JSON here")
-    args = parser.parse_args(argv)
+def selected(items: tuple[str, ...]) -> list[str]:
+    """The estimator names of ``--estimators`` (comma- or space-separated), checked."""
+    names = [n.strip() for item in items for n in item.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ESTIMATORS]
+    if unknown or not names:
+        raise ValueError(f"unknown estimator(s) {', '.join(unknown) or '(none given)'} for the "
+                         f"estimator benchmark; known: {', '.join(ESTIMATORS)}")
+    return names
+
+
+def bench(args: EstimatorsBench) -> dict:
+    """Runs the benchmark of ``args``, prints the table and returns the timings (also written
+    to ``--json``)."""
+    Hparams.create(gamma=args.gamma, lambda_=args.lambda_)  # one-line ValueError out of range
+    wanted = selected(args.estimators)
     if any(v <= 0 for v in args.T + args.B) or args.repeats <= 0:
-        parser.error("T, B and --repeats must be positive")
+        raise ValueError("T, B and repeats must be positive")
     shapes = [(128, 1024)] if args.quick else [(T, B) for T in args.T for B in args.B]
     repeats = min(args.repeats, 20) if args.quick else args.repeats
-    wanted = args.estimators.split(",") if args.estimators else None
-
     print(f"jaxcredit estimator benchmark on {jax.default_backend()} "
           f"({jax.devices()[0].device_kind}), jax {jax.__version__}, rlax {rlax.__version__}; "
           f"median of {repeats} calls, compile separate", flush=True)
-    timings = run(shapes, repeats, wanted)
+    timings = run(shapes, repeats, wanted, args.gamma, args.lambda_)
     print(table(timings))
     print("ratio = jaxcredit default method / rlax (vmapped over the batch axis); ≤ 1 is the goal")
-    if args.out:
-        payload = {
-            "backend": jax.default_backend(),
-            "device": jax.devices()[0].device_kind,
-            "jax": jax.__version__,
-            "rlax": rlax.__version__,
-            "repeats": repeats,
-            "timings": [asdict(t) for t in timings],
-        }
-        with open(args.out, "w") as f:
-            json.dump(payload, f, indent=1)
-        print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
+    payload = {
+        "backend": jax.default_backend(),
+        "device": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "rlax": rlax.__version__,
+        "repeats": repeats,
+        "gamma": args.gamma,
+        "lambda": args.lambda_,
+        "timings": [asdict(t) for t in timings],
+    }
+    if args.json:
+        path = pathlib.Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=1) + "\n")
+        print(f"wrote {path}")
+    return payload

@@ -1,254 +1,357 @@
-"""Training throughput: the engine's PPO on CartPole-v1 beside PureJaxRL's, in one process.
+"""Training throughput: jaxcredit's engine against PureJaxRL, against itself at an earlier
+revision, and the cost of its fitted credit models, each race in one process.
 
-    jaxcredit bench train [--quick] [--purejaxrl-git DIR] [--json results.json]
+    jaxcredit bench train [--quick] [--purejaxrl DIR | --purejaxrl-git DIR] [--baseline-rev REV]
+    jaxcredit bench train --estimators hca_return,c2a2c,hca_state --fit-steps 1,4,16
     python -m jaxcredit.bench train ...
 
-The setup is PureJaxRL's default PPO: 4 envs × 128 steps, 4 epochs × 4 minibatches, 2 × 64 tanh
-MLPs, lr 2.5e-4 annealed, 5e5 env steps, one seed. For each case the whole training run is one
-jitted function; the timing protocol is:
+Races (protocol in :mod:`jaxcredit.bench.timing`: compiled ahead of time, compile time apart,
+calls alternating, SPS = env steps per call / median call time):
 
-* ``compile_s``: ahead-of-time ``jax.jit(f).lower(...)`` plus ``.compile()``, timed separately;
-* ``sps``: env steps per call / median wall time of ``--repeats`` calls of the compiled function,
-  each ended by ``jax.block_until_ready``, with fresh seeds; the two implementations alternate
-  call by call so that machine load hits both alike.
+* **main** (``--no-main`` skips the PPO races): PPO+GAE on CartPole-v1 with PureJaxRL's
+  defaults (4 envs × 128 steps, 4 epochs × 4 minibatches, 2 × 64 tanh MLPs, lr 2.5e-4
+  annealed, 5e5 env steps, one seed). Rows: jaxcredit without evaluation (``eval_every=0``:
+  the same work as the others), jaxcredit with its default evaluation, PureJaxRL from the
+  user's checkout (``--purejaxrl``, :mod:`.purejaxrl`) and the jaxcredit engine of a git
+  revision (``--baseline-rev``, :mod:`.baseline`). Without a PureJaxRL checkout that
+  comparison is skipped and said so; no stored figure stands in for it.
+* unless ``--quick``: the engine at 2048 envs, and ``jax.vmap`` over 16 seeds at 4 envs
+  (aggregate SPS); with ``--compare-all`` PureJaxRL and the baseline revision race there too.
+* ``--estimators``: A2C with each estimator against A2C+GAE at one size, once per value of
+  ``--fit-steps`` (the learned models' ``estimator_fit_steps``), without evaluation.
 
-PureJaxRL's code is not part of this project. With ``--purejaxrl-git`` (a bare git directory of
-luchris429/purejaxrl; default ``$PUREJAXRL_GIT``), ``purejaxrl/ppo.py`` and ``wrappers.py`` are
-extracted into a temporary folder, patched for API drift by ``purejaxrl_patch.py`` (optional
-brax/navix imports; gymnax 1.0's six-value step wrapped back to five values), imported and timed
-with its own upstream defaults. Without a snapshot the published reference on a 2-core CPU is
-printed instead (152,595 env steps/s, compile 4.2 s).
-
-Extra cases: the engine at 2048 envs, and ``jax.vmap`` over 16 seeds at 4 envs (aggregate SPS).
+Each row's ``time/step`` is its time per env step relative to the race's first row (for the main
+race, jaxcredit without evaluation: PureJaxRL's 1.05 means jaxcredit is 1.05x as fast).
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
-import importlib
+import dataclasses
 import json
 import os
 import pathlib
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
-from typing import Any, Callable
+from typing import Annotated, Any, Optional
 
 import jax
+import jax.numpy as jnp
+import tyro
 
-from jaxcredit.agents import Hparams, TrainConfig, make_train
+from jaxcredit import agents as current
+from jaxcredit import envs
+from jaxcredit.bench import baseline as baseline_lib
+from jaxcredit.bench import purejaxrl as purejaxrl_lib
+from jaxcredit.bench.timing import Case, compile_case, race
+from jaxcredit.cli import parse_options
+from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
+from jaxcredit.estimators import make_estimator
 
-PUREJAXRL_REFERENCE = {"sps": 152595, "compile_s": 4.2,
-                       "source": "2-core CPU, jax 0.10.2 (docs/engine.md)"}
-
-
-def _find_patch_script() -> pathlib.Path | None:
-    here = pathlib.Path(__file__).resolve()
-    for parent in here.parents:
-        for candidate in (parent / "shared" / "bench" / "purejaxrl" / "purejaxrl_patch.py",
-                          parent.parent / "shared" / "bench" / "purejaxrl" / "purejaxrl_patch.py"):
-            if candidate.exists():
-                return candidate
-    return None
+PPO_ENV = "CartPole-v1"
 
 
-def load_purejaxrl(git_dir: str, patch_script: pathlib.Path, workdir: pathlib.Path):
-    """Extracts, patches and imports PureJaxRL's ``ppo`` module from a bare git snapshot."""
-    for name in ("ppo.py", "wrappers.py"):
-        text = subprocess.run(["git", "--git-dir", git_dir, "show", f"HEAD:purejaxrl/{name}"],
-                              check=True, capture_output=True, text=True).stdout
-        (workdir / name).write_text(text)
-    subprocess.run([sys.executable, str(patch_script), str(workdir)], check=True,
-                   capture_output=True)
-    sys.path.insert(0, str(workdir))
-    try:
-        for name in ("ppo", "wrappers"):
-            sys.modules.pop(name, None)
-        ppo = importlib.import_module("ppo")
-    finally:
-        sys.path.remove(str(workdir))
-    tree = ast.parse((workdir / "ppo.py").read_text())
-    config = next(ast.literal_eval(node.value) for node in ast.walk(tree)
-                  if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                  and any(getattr(t, "id", None) == "config" for t in node.targets))
-    return ppo, config
+@dataclasses.dataclass
+class TrainBench:
+    """Training throughput: the engine against PureJaxRL and against an earlier revision of
+    itself, and the cost of the fitted credit models, each race in one process."""
+
+    main: bool = True
+    """the PPO races (--no-main: only the --estimators race)"""
+    quick: bool = False
+    """only the first PPO race, 2 timed calls per case"""
+    repeats: int = 5
+    """timed calls per case (after one warm-up); SPS uses their median"""
+    total_timesteps: float = 5e5
+    """env steps per call in the main race (PureJaxRL's default)"""
+    purejaxrl: Optional[str] = None
+    """a PureJaxRL checkout (the folder holding purejaxrl/ppo.py) to race against"""
+    purejaxrl_git: Optional[str] = None
+    """a bare git directory of PureJaxRL to race against (its HEAD)"""
+    baseline_rev: Optional[str] = None
+    """a git revision of this checkout whose engine races the current one, e.g. 21c2ce5"""
+    compare_all: bool = False
+    """also race PureJaxRL and the baseline revision in the many-envs and many-seeds cases"""
+    big_envs: int = 2048
+    """envs of the many-envs case"""
+    big_updates: int = 4
+    """updates per call in the many-envs case"""
+    seeds: int = 16
+    """seeds of the vmapped many-seeds case"""
+    seeds_timesteps: float = 1e5
+    """env steps per seed in the many-seeds case"""
+    estimators: tuple[str, ...] = ()
+    """race A2C with each estimator spec NAME[:KEY=VALUE...] (comma-separated) against A2C+GAE"""
+    fit_steps: tuple[str, ...] = ("4",)
+    """estimator_fit_steps values of the --estimators race, comma- or space-separated"""
+    env: str = PPO_ENV
+    """environment of the --estimators race"""
+    env_options: Annotated[tuple[str, ...], tyro.conf.arg(name="env-option")] = ()
+    """options of that environment (KEY=VALUE, several allowed)"""
+    estimator_envs: int = 256
+    """envs of the --estimators race"""
+    estimator_steps: int = 16
+    """rollout length of the --estimators race"""
+    estimator_updates: int = 50
+    """updates per call in the --estimators race"""
+    gamma: float = 0.99
+    """discount γ of every race (PureJaxRL's GAMMA too)"""
+    lambda_: Annotated[float, tyro.conf.arg(name="lambda")] = 0.95
+    """GAE λ of every race (PureJaxRL's GAE_LAMBDA too)"""
+    seed: int = 0
+    """timed call i uses seed + i"""
+    json: Optional[str] = None
+    """write every race's results to this JSON file"""
 
 
-class Case:
-    """One compiled training function, its example arguments and its env steps per call."""
-
-    def __init__(self, label: str, fn: Callable, make_args: Callable[[int], tuple], steps: int):
-        self.label, self.make_args, self.steps = label, make_args, steps
-        start = time.perf_counter()
-        lowered = jax.jit(fn).lower(*make_args(0))
-        self.compiled = lowered.compile()
-        self.compile_s = time.perf_counter() - start
-        self.times: list[float] = []
-        self.out: Any = None
-
-    def call(self, seed: int) -> None:
-        args = self.make_args(seed)
-        jax.block_until_ready(args)
-        start = time.perf_counter()
-        self.out = jax.block_until_ready(self.compiled(*args))
-        self.times.append(time.perf_counter() - start)
-
-    def result(self) -> dict:
-        run_s = statistics.median(self.times)
-        return {"label": self.label, "sps": round(self.steps / run_s),
-                "compile_s": round(self.compile_s, 2), "run_s_median": round(run_s, 3),
-                "run_s_all": [round(t, 3) for t in self.times], "env_steps_per_call": self.steps}
+# ----------------------------------------------------------------------------------------------
+# Cases
+# ----------------------------------------------------------------------------------------------
 
 
-def engine_case(label: str, num_envs: int, total_timesteps: int, seeds: int = 1,
-                **config_fields: Any) -> Case:
-    config = TrainConfig(num_envs=num_envs, total_timesteps=total_timesteps,
-                         **config_fields).resolved()
-    train = make_train(config)
-    hparams = Hparams.create()
+def ppo_fields(num_envs: int, total_timesteps: int) -> dict:
+    """PureJaxRL's PPO defaults as TrainConfig fields (the ones both engine revisions know)."""
+    return dict(algo="ppo", env=PPO_ENV, num_envs=num_envs, num_steps=128,
+                total_timesteps=total_timesteps, update_epochs=4, num_minibatches=4,
+                hidden_sizes=(64, 64), activation="tanh", anneal_lr=True)
+
+
+def engine_case(label: str, agents: Any, fields: dict, hparams: dict, seeds: int = 1,
+                **extra: Any) -> Case:
+    """A whole training run of an engine (``agents``: the current module or a baseline's)."""
+    config = baseline_lib.make_config(agents, **fields)
+    train = agents.make_train(config)
+    hp = agents.Hparams.create(**hparams)
     steps = config.num_updates * config.steps_per_update * seeds
     if seeds == 1:
-        return Case(label, train, lambda s: (jax.random.key(100 + s), hparams), steps)
-    batched = jax.tree.map(lambda x: jax.numpy.broadcast_to(x, (seeds,)), hparams)
-    return Case(label, jax.vmap(train),
-                lambda s: (jax.random.split(jax.random.key(100 + s), seeds), batched), steps)
+        return compile_case(label, train, lambda s: (jax.random.key(100 + s), hp), steps, **extra)
+    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (seeds,)), hp)
+    return compile_case(label, jax.vmap(train),
+                        lambda s: (jax.random.split(jax.random.key(100 + s), seeds), stacked),
+                        steps, **extra)
 
 
-def purejaxrl_case(label: str, ppo: Any, base: dict, num_envs: int | None = None,
-                   total_timesteps: float | None = None, seeds: int = 1) -> Case:
-    config = dict(base, DEBUG=False)
-    if num_envs:
-        config["NUM_ENVS"] = num_envs
-    if total_timesteps:
-        config["TOTAL_TIMESTEPS"] = total_timesteps
-    train = ppo.make_train(config)  # fills NUM_UPDATES
-    steps = int(config["NUM_UPDATES"]) * config["NUM_STEPS"] * config["NUM_ENVS"] * seeds
-    if seeds == 1:
-        return Case(label, train, lambda s: (jax.random.PRNGKey(100 + s),), steps)
-    return Case(label, jax.vmap(train),
-                lambda s: (jax.random.split(jax.random.PRNGKey(100 + s), seeds),), steps)
+def purejaxrl_case(label: str, ppo: Any, defaults: dict, hparams: dict, num_envs: int,
+                   total_timesteps: int, seeds: int = 1) -> Case:
+    """PureJaxRL's ``make_train`` with its defaults, at our size and γ, λ."""
+    config = dict(defaults, DEBUG=False, NUM_ENVS=num_envs, TOTAL_TIMESTEPS=total_timesteps,
+                  GAMMA=hparams["gamma"], GAE_LAMBDA=hparams["lambda_"])
+    try:
+        train = ppo.make_train(config)  # fills NUM_UPDATES
+        steps = int(config["NUM_UPDATES"]) * config["NUM_STEPS"] * num_envs * seeds
+        if seeds == 1:
+            return compile_case(label, train, lambda s: (jax.random.PRNGKey(100 + s),), steps)
+        return compile_case(label, jax.vmap(train),
+                            lambda s: (jax.random.split(jax.random.PRNGKey(100 + s), seeds),),
+                            steps)
+    except Exception as err:  # noqa: BLE001 (third-party code: any failure is one message)
+        raise ValueError(f"PureJaxRL's make_train does not build here: {type(err).__name__}: "
+                         f"{' '.join(str(err).split())[:300]}") from None
 
 
-def _print(result: dict) -> None:
-    print(f"{result['label']} sps={result['sps']} compile_s={result['compile_s']:.1f}", flush=True)
+@dataclasses.dataclass
+class Rivals:
+    """What the current engine races against: PureJaxRL's ``ppo`` module and defaults, and a
+    baseline revision's ``agents`` module (each None if not asked for)."""
+
+    ppo: Any = None
+    ppo_defaults: Optional[dict] = None
+    ppo_label: str = ""
+    baseline: Any = None
+    baseline_label: str = ""
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jaxcredit bench train", description=__doc__.split(
-        "\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="only the default case, 2 repeats, no extra cases")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--purejaxrl-git", default=os.environ.get("PUREJAXRL_GIT"),
-                        help="bare git dir of luchris429/purejaxrl (default: $PUREJAXRL_GIT)")
-    parser.add_argument("--patch-script", default=None,
-                        help="purejaxrl_patch.py (default: shared/bench/purejaxrl/ near the repo)")
-    parser.add_argument("--big-envs", type=int, default=2048)
-    parser.add_argument("--big-updates", type=int, default=4,
-                        help="updates per call in the many-envs case")
-    parser.add_argument("--seeds", type=int, default=16)
-    parser.add_argument("--seeds-timesteps", type=float, default=1e5,
-                        help="env steps per seed in the vmapped-seeds case")
-    parser.add_argument("--compare-all", action="store_true",
-                        help="also time PureJaxRL in the many-envs and many-seeds cases")
-    parser.add_argument("--estimators", default=None,
-                        help="also race A2C with each of these estimators (comma-separated, e.g. "
-                             "hca_return,c2a2c) against A2C+GAE at the same size and print each "
-                             "one's time per env step relative to GAE's")
-    parser.add_argument("--estimator-env", default="CartPole-v1",
-                        help="environment of the --estimators race")
-    parser.add_argument("--json", default=None, help="write all results to this JSON file")
-    args = parser.parse_args(argv)
-    repeats = 2 if args.quick else args.repeats
-    estimator_names = []
-    if args.estimators:
-        from jaxcredit.estimators import registered  # noqa: PLC0415
+def rival_cases(rivals: Rivals, hparams: dict, num_envs: int, total_timesteps: int,
+                seeds: int = 1) -> list[Case]:
+    cases = []
+    if rivals.ppo is not None:
+        cases.append(purejaxrl_case(rivals.ppo_label, rivals.ppo, rivals.ppo_defaults, hparams,
+                                    num_envs, total_timesteps, seeds))
+    if rivals.baseline is not None:
+        cases.append(engine_case(rivals.baseline_label, rivals.baseline,
+                                 ppo_fields(num_envs, total_timesteps), hparams, seeds))
+    return cases
 
-        estimator_names = ["gae"] + [n for n in args.estimators.split(",") if n and n != "gae"]
-        unknown = [n for n in estimator_names if n not in registered()]
-        if unknown:
-            print(f"jaxcredit bench train: unknown estimator(s) {', '.join(unknown)}; known: "
-                  f"{', '.join(registered())}", file=sys.stderr)
-            return 2
-    print(f"backend={jax.default_backend()} devices={len(jax.devices())} jax={jax.__version__}",
-          flush=True)
 
-    ppo = base = None
-    tmp = None
-    if args.purejaxrl_git:
-        patch = pathlib.Path(args.patch_script) if args.patch_script else _find_patch_script()
-        if patch is None or not patch.exists():
-            print("purejaxrl: patch script not found; pass --patch-script", file=sys.stderr)
-            return 2
-        tmp = tempfile.TemporaryDirectory(prefix="purejaxrl_")
-        try:
-            ppo, base = load_purejaxrl(args.purejaxrl_git, patch, pathlib.Path(tmp.name))
-        except (subprocess.CalledProcessError, OSError) as err:
-            print(f"purejaxrl: cannot load from {args.purejaxrl_git}: {err}", file=sys.stderr)
-            return 2
+# ----------------------------------------------------------------------------------------------
+# Races
+# ----------------------------------------------------------------------------------------------
 
+
+def race_result(name: str, cases: list[Case]) -> dict:
+    """The race's rows, each with its time per env step relative to the first row."""
+    reference = cases[0].sps
+    rows = [dict(case.summary(), time_per_step_vs_first=round(reference / case.sps, 3))
+            for case in cases]
+    return {"race": name, "reference": cases[0].label, "cases": rows}
+
+
+def format_race(result: dict) -> str:
+    """A plain-text table of one race."""
+    width = max(24, *(len(c["label"]) for c in result["cases"]))
+    head = f"{'case':<{width}} {'SPS':>11} {'compile s':>9} {'median s':>9} {'time/step':>9}"
+    lines = [f"{result['race']} (time/step relative to {result['reference']})", head,
+             "-" * len(head)]
+    for c in result["cases"]:
+        lines.append(f"{c['label']:<{width}} {c['sps']:>11,} {c['compile_s']:>9.2f} "
+                     f"{c['run_s_median']:>9.3f} {c['time_per_step_vs_first']:>9.2f}")
+    return "\n".join(lines)
+
+
+def main_race(args: TrainBench, rivals: Rivals, hparams: dict, repeats: int) -> dict:
+    total = int(args.total_timesteps)
+    cases = [
+        engine_case("jaxcredit", current, dict(ppo_fields(4, total), eval_every=0), hparams),
+        engine_case("jaxcredit, evaluating", current, ppo_fields(4, total), hparams),
+        *rival_cases(rivals, hparams, 4, total),
+    ]
+    result = race_result(f"PPO+GAE {PPO_ENV}, 4 envs, {total:,} steps", race(cases, repeats,
+                                                                               args.seed))
+    ours = result["cases"][0]["sps"]
+    result["ratios"] = {f"jaxcredit/{c['label']}": round(ours / c["sps"], 3)
+                        for c in result["cases"][1:]}
+    return result
+
+
+def scale_races(args: TrainBench, rivals: Rivals, hparams: dict, repeats: int) -> list[dict]:
+    """The many-envs and the many-seeds cases."""
     results = []
+    big_steps = args.big_envs * 128 * args.big_updates
+    seed_steps = int(args.seeds_timesteps)
+    for name, num_envs, steps, seeds in (
+            (f"PPO+GAE {PPO_ENV}, {args.big_envs} envs", args.big_envs, big_steps, 1),
+            (f"PPO+GAE {PPO_ENV}, 4 envs x {args.seeds} seeds vmapped", 4, seed_steps,
+             args.seeds)):
+        cases = [engine_case("jaxcredit", current, dict(ppo_fields(num_envs, steps),
+                                                        eval_every=0), hparams, seeds)]
+        if args.compare_all:
+            cases += rival_cases(rivals, hparams, num_envs, steps, seeds)
+        results.append(race_result(name, race(cases, repeats, args.seed)))
+    return results
 
-    def race(cases: list[Case]) -> None:
-        for i in range(repeats):  # alternate the implementations call by call
-            for case in cases:
-                case.call(i + 1)
-        for case in cases:
-            results.append(case.result())
-            _print(results[-1])
 
-    ours = engine_case("jaxcredit_ppo_cartpole", 4, 500_000)
-    cases = [ours]
-    if ppo is not None:
-        cases.append(purejaxrl_case("purejaxrl_ppo_cartpole", ppo, base))
-    race(cases)
-    if ppo is not None:
-        ratio = results[0]["sps"] / results[1]["sps"]
-        print(f"ratio jaxcredit/purejaxrl sps={ratio:.2f} (same process, alternating calls)")
-    else:
-        ref = PUREJAXRL_REFERENCE
-        print(f"purejaxrl not run (no --purejaxrl-git); reference sps={ref['sps']} "
-              f"compile_s={ref['compile_s']} ({ref['source']}); "
-              f"ratio vs reference={results[0]['sps'] / ref['sps']:.2f}")
+def estimator_races(args: TrainBench, specs: tuple[EstimatorSpec, ...], fit_steps: list[int],
+                    env_options: tuple, hparams: dict, repeats: int) -> list[dict]:
+    """A2C with each estimator against A2C+GAE, once per ``estimator_fit_steps`` value.
 
-    if not args.quick:
-        big_steps = args.big_envs * 128 * args.big_updates
-        cases = [engine_case(f"jaxcredit_ppo_cartpole_{args.big_envs}envs", args.big_envs,
-                             big_steps)]
-        if ppo is not None and args.compare_all:
-            cases.append(purejaxrl_case(f"purejaxrl_ppo_cartpole_{args.big_envs}envs", ppo, base,
-                                        num_envs=args.big_envs, total_timesteps=big_steps))
-        race(cases)
-        cases = [engine_case(f"jaxcredit_ppo_cartpole_{args.seeds}seeds", 4,
-                             int(args.seeds_timesteps), seeds=args.seeds)]
-        if ppo is not None and args.compare_all:
-            cases.append(purejaxrl_case(f"purejaxrl_ppo_cartpole_{args.seeds}seeds", ppo, base,
-                                        total_timesteps=args.seeds_timesteps, seeds=args.seeds))
-        race(cases)
+    An estimator without a fitted model does not depend on the fitting steps and races once.
+    """
+    num_envs, num_steps = args.estimator_envs, args.estimator_steps
+    size = dict(algo="a2c", env=args.env, env_options=env_options, num_envs=num_envs,
+                num_steps=num_steps, total_timesteps=num_envs * num_steps * args.estimator_updates,
+                eval_every=0)
+    learned = {s.label: make_estimator(s.name, **dict(s.options)).learned for s in specs}
+    results = []
+    for i, k in enumerate(fit_steps):
+        cases = [engine_case("gae", current, dict(size, estimator="gae"), hparams,
+                             estimator="gae")]
+        for spec in specs:
+            if spec.name == "gae" and not spec.options or not (learned[spec.label] or i == 0):
+                continue
+            fields = dict(size, estimator=spec.name, estimator_options=spec.options,
+                          estimator_fit_steps=k)
+            cases.append(engine_case(spec.label, current, fields, hparams, estimator=spec.label,
+                                     estimator_fit_steps=k if learned[spec.label] else None))
+        name = (f"A2C {args.env}, {num_envs} envs x {num_steps} steps, "
+                f"{args.estimator_updates} updates, estimator_fit_steps={k}")
+        results.append(race_result(name, race(cases, repeats, args.seed)))
+    return results
 
-    if estimator_names:
-        # Learned estimators' cost: A2C at one size (256 envs × 16 steps, 50 updates), same process,
-        # alternating calls; the ratio is time per env step relative to A2C+GAE.
-        cases = [engine_case(f"jaxcredit_a2c_{name}", 256, 256 * 16 * 50, algo="a2c",
-                             estimator=name, num_steps=16, env=args.estimator_env)
-                 for name in estimator_names]
-        race(cases)
-        gae_sps = results[-len(cases)]["sps"]
-        for result in results[-len(cases):]:
-            result["time_per_step_vs_gae"] = round(gae_sps / result["sps"], 3)
-            print(f"{result['label']} time_per_step_vs_gae={result['time_per_step_vs_gae']:.2f}")
 
+# ----------------------------------------------------------------------------------------------
+# Command
+# ----------------------------------------------------------------------------------------------
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0 or value != int(value):
+        raise ValueError(f"{name} must be a positive whole number, got {value:g}")
+
+
+def parse_fit_steps(items: tuple[str, ...]) -> list[int]:
+    """``("1,4", "16")`` -> ``[1, 4, 16]``; a ValueError on anything but non-negative integers."""
+    values = [v.strip() for item in items for v in item.split(",") if v.strip()]
+    if not values or not all(v.isdigit() for v in values):
+        raise ValueError(f"--fit-steps takes non-negative integers, got {' '.join(items)!r}")
+    return list(dict.fromkeys(int(v) for v in values))
+
+
+def check(args: TrainBench) -> tuple[dict, tuple[EstimatorSpec, ...], list[int], tuple]:
+    """Validates everything before anything is compiled: ``(hparams, estimator specs, fit
+    steps, env options)``."""
+    hparams = {"gamma": args.gamma, "lambda_": args.lambda_}
+    current.Hparams.create(**hparams)  # one-line ValueError out of range
+    for name in ("repeats", "total_timesteps", "big_envs", "big_updates", "seeds",
+                 "seeds_timesteps", "estimator_envs", "estimator_steps", "estimator_updates"):
+        _positive(name, getattr(args, name))
+    if args.purejaxrl and args.purejaxrl_git:
+        raise ValueError("give --purejaxrl or --purejaxrl-git, not both")
+    if args.json and pathlib.Path(args.json).is_dir():
+        raise ValueError(f"--json {args.json} is a folder; give a file path")
+    if not args.main and not args.estimators:
+        raise ValueError("--no-main leaves nothing to run; add --estimators")
+    specs = parse_specs(args.estimators)
+    for spec in specs:
+        make_estimator(spec.name, **dict(spec.options))  # unknown name or bad option
+    fit_steps = parse_fit_steps(args.fit_steps)
+    env_options = parse_options(args.env_options, "--env-option")
+    envs.make(args.env, **dict(env_options))  # unknown environment or option
+    return hparams, specs, fit_steps, env_options
+
+
+def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
+    rivals = Rivals()
+    if args.purejaxrl or args.purejaxrl_git:
+        if args.purejaxrl:
+            folder = purejaxrl_lib.source_folder(args.purejaxrl)
+            revision = purejaxrl_lib.describe(folder)
+        else:
+            folder = purejaxrl_lib.export_from_git(args.purejaxrl_git, workdir)
+            revision = purejaxrl_lib.describe(folder, args.purejaxrl_git)
+        rivals.ppo, rivals.ppo_defaults = purejaxrl_lib.load_ppo(folder)
+        rivals.ppo_label = f"purejaxrl {revision}"
+    if args.baseline_rev:
+        rivals.baseline, short = baseline_lib.import_revision(args.baseline_rev, workdir)
+        rivals.baseline_label = f"jaxcredit {short}"
+    return rivals
+
+
+def bench(args: TrainBench) -> dict:
+    """Runs the races of ``args``, prints their tables and returns everything (also written to
+    ``--json``)."""
+    hparams, specs, fit_steps, env_options = check(args)
+    repeats = 2 if args.quick else args.repeats
+    payload: dict[str, Any] = {"backend": jax.default_backend(),
+                               "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+                               "xla_flags": os.environ.get("XLA_FLAGS", ""), "repeats": repeats,
+                               "gamma": args.gamma, "lambda": args.lambda_, "races": []}
+
+    def report(result: dict) -> None:
+        payload["races"].append(result)
+        print("\n" + format_race(result), flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="jaxcredit_bench_") as tmp:
+        rivals = load_rivals(args, pathlib.Path(tmp))  # bad paths and revisions fail here
+        print(f"jaxcredit training benchmark on {payload['backend']} ({payload['device']}), "
+              f"jax {jax.__version__}, XLA_FLAGS={payload['xla_flags']!r}; median of {repeats} "
+              "calls after one warm-up, compile separate", flush=True)
+        if args.main:
+            payload["purejaxrl"] = rivals.ppo_label or "skipped (no --purejaxrl checkout)"
+            payload["baseline"] = rivals.baseline_label or None
+            result = main_race(args, rivals, hparams, repeats)
+            report(result)
+            for label, ratio in result["ratios"].items():
+                print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
+            if rivals.ppo is None:
+                print("PureJaxRL comparison skipped: pass --purejaxrl DIR (a checkout of "
+                      "luchris429/purejaxrl) or --purejaxrl-git DIR")
+            if not args.quick:
+                for result in scale_races(args, rivals, hparams, repeats):
+                    report(result)
+    for result in (estimator_races(args, specs, fit_steps, env_options, hparams, repeats)
+                   if specs else ()):
+        report(result)
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(
-            {"backend": jax.default_backend(), "jax": jax.__version__, "results": results},
-            indent=2) + "\n")
-    if tmp is not None:
-        tmp.cleanup()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        path = pathlib.Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {path}")
+    return payload

@@ -1,0 +1,204 @@
+"""PureJaxRL's PPO from a user's own checkout, adapted to the gymnax that jaxcredit runs on.
+
+PureJaxRL (Lu et al. 2022, github.com/luchris429/purejaxrl) is not part of jaxcredit and none of
+its code is copied here: ``jaxcredit bench train --purejaxrl DIR`` (a checkout, the folder that
+holds ``purejaxrl/ppo.py``) or ``--purejaxrl-git DIR`` (a bare git directory; its ``HEAD``) loads
+its ``ppo.py`` and ``wrappers.py`` as they are. Two things have drifted since they were written,
+and both are bridged from the outside, without editing its source:
+
+* gymnax ≥ 1.0's ``env.step`` returns ``(obs, state, reward, terminated, truncated, info)``;
+  ``ppo.py`` and its wrappers unpack the older five values ``(obs, state, reward, done, info)``.
+  The module's ``gymnax`` is replaced by a view of gymnax whose ``make`` wraps the environment in
+  :class:`FiveValueStep` (``done = terminated or truncated``, what the old API returned).
+* ``wrappers.py`` imports brax and navix at the top for wrappers PPO on CartPole does not use.
+  Where they are not installed, stand-in modules (:class:`_StandIn`) satisfy the imports and fail
+  only if something of theirs is actually used.
+
+Its PPO is then timed with its own defaults (the ``config`` dict under ``__main__`` in ``ppo.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import pathlib
+import subprocess
+import sys
+import types
+from typing import Any, Iterator
+
+import gymnax
+
+# Packages that PureJaxRL's wrappers import for other environments than PPO's CartPole.
+OPTIONAL_PACKAGES = ("brax", "navix")
+FILES = ("ppo.py", "wrappers.py")
+
+
+class FiveValueStep:
+    """A gymnax environment whose ``step`` returns the five values of gymnax < 1.0.
+
+    ``done = terminated or truncated``: the old API's ``done`` also ended episodes at the time
+    limit. Everything else is the wrapped environment's.
+    """
+
+    def __init__(self, env: Any):
+        self._env = env
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def step(self, key, state, action, params=None):
+        out = self._env.step(key, state, action, params)
+        if len(out) == 5:  # already the old API
+            return out
+        obs, state, reward, terminated, truncated, info = out
+        return obs, state, reward, terminated | truncated, info
+
+
+def _gymnax_five_value_view() -> types.ModuleType:
+    """gymnax with ``make`` returning :class:`FiveValueStep` environments."""
+    view = types.ModuleType("gymnax")
+    view.__dict__.update({k: v for k, v in vars(gymnax).items() if not k.startswith("__")})
+
+    def make(*args, **kwargs):
+        env, params = gymnax.make(*args, **kwargs)
+        return FiveValueStep(env), params
+
+    view.make = make
+    return view
+
+
+class _StandIn(types.ModuleType):
+    """A module standing in for an optional package that is not installed: every attribute is
+    another stand-in, and calling one raises ImportError."""
+
+    __path__: list = []  # a package, so that submodule imports resolve to stand-ins too
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _StandIn(f"{self.__name__}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise ImportError(f"{self.__name__} is not installed; jaxcredit's PureJaxRL benchmark "
+                          "does not use it")
+
+    def __mro_entries__(self, bases):  # `class X(brax.Wrapper)` at import time
+        return (object,)
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds :class:`_StandIn` modules for ``packages`` (placed last: installed ones win)."""
+
+    def __init__(self, packages: tuple[str, ...]):
+        self.packages = packages
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in self.packages:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _StandIn(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+def missing_packages() -> tuple[str, ...]:
+    """The optional packages of PureJaxRL's wrappers that are not installed."""
+    return tuple(p for p in OPTIONAL_PACKAGES if importlib.util.find_spec(p) is None)
+
+
+@contextlib.contextmanager
+def _stand_ins(packages: tuple[str, ...]) -> Iterator[None]:
+    finder = _StandInFinder(packages)
+    sys.meta_path.append(finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [m for m in sys.modules if m.split(".")[0] in packages]:
+            if isinstance(sys.modules[name], _StandIn):
+                del sys.modules[name]
+
+
+def _load_module(name: str, path: pathlib.Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def default_config(ppo_source: str) -> dict:
+    """The ``config = {...}`` literal of ``ppo.py`` (its defaults, under ``__main__``)."""
+    for node in ast.walk(ast.parse(ppo_source)):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(getattr(t, "id", None) == "config" for t in node.targets)):
+            return ast.literal_eval(node.value)
+    raise ValueError("PureJaxRL's ppo.py has no `config = {...}` of defaults")
+
+
+def export_from_git(git_dir: str, workdir: pathlib.Path, rev: str = "HEAD") -> pathlib.Path:
+    """Writes ``purejaxrl/{ppo,wrappers}.py`` of ``rev`` of a (bare) git directory into
+    ``workdir``; returns the folder holding them."""
+    for name in FILES:
+        try:
+            text = subprocess.run(
+                ["git", "--git-dir", git_dir, "show", f"{rev}:purejaxrl/{name}"],
+                check=True, capture_output=True, text=True).stdout
+        except (subprocess.CalledProcessError, OSError) as err:
+            detail = getattr(err, "stderr", "") or str(err)
+            raise ValueError(f"--purejaxrl-git {git_dir}: cannot read purejaxrl/{name} at "
+                             f"{rev}: {' '.join(detail.split())}") from None
+        (workdir / name).write_text(text)
+    return workdir
+
+
+def source_folder(checkout: str) -> pathlib.Path:
+    """The folder with ``ppo.py`` and ``wrappers.py`` in a PureJaxRL checkout (its
+    ``purejaxrl/`` package, or the checkout itself if that is the package)."""
+    root = pathlib.Path(checkout).expanduser()
+    for folder in (root / "purejaxrl", root):
+        if all((folder / name).is_file() for name in FILES):
+            return folder
+    raise ValueError(f"--purejaxrl {checkout}: no purejaxrl/ppo.py and purejaxrl/wrappers.py "
+                     "there (expected a checkout of luchris429/purejaxrl)")
+
+
+def describe(folder: pathlib.Path, git_dir: str | None = None) -> str:
+    """A short revision of the PureJaxRL source (git commit where known)."""
+    command = (["git", "--git-dir", git_dir] if git_dir else ["git", "-C", str(folder)])
+    try:
+        out = subprocess.run([*command, "rev-parse", "--short", "HEAD"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (subprocess.CalledProcessError, OSError):
+        return "unknown revision"
+    return out
+
+
+def load_ppo(folder: pathlib.Path) -> tuple[types.ModuleType, dict]:
+    """Imports PureJaxRL's ``ppo`` from ``folder`` (adapted, module docstring) and its defaults.
+
+    ``ppo.py`` imports its wrappers as the top-level module ``wrappers``; that name is bound to
+    PureJaxRL's file only while ``ppo`` loads, then restored.
+    """
+    previous = sys.modules.get("wrappers")
+    try:
+        with _stand_ins(missing_packages()):
+            _load_module("wrappers", folder / "wrappers.py")
+            ppo = _load_module("purejaxrl_ppo", folder / "ppo.py")
+    except Exception as err:  # noqa: BLE001 (third-party code: any failure is one message)
+        raise ValueError(f"cannot import PureJaxRL's ppo.py from {folder}: "
+                         f"{type(err).__name__}: {' '.join(str(err).split())}") from None
+    finally:
+        if previous is not None:
+            sys.modules["wrappers"] = previous
+        else:
+            sys.modules.pop("wrappers", None)
+    ppo.gymnax = _gymnax_five_value_view()
+    return ppo, default_config((folder / "ppo.py").read_text())

@@ -1,0 +1,318 @@
+"""Tests of jaxcredit.bench: the timing protocol and its tables, PureJaxRL loaded from a checkout
+or a git directory without editing it (a stand-in PureJaxRL written here), jaxcredit at another git
+revision under its own package name, the races' wiring, and small end-to-end runs of
+``jaxcredit bench train`` and ``jaxcredit bench estimators``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import gymnax
+import jax
+import numpy as np
+import pytest
+
+from jaxcredit import cli
+from jaxcredit.bench import baseline, purejaxrl, timing
+from jaxcredit.bench import train as bench_train
+
+BASELINE_REV = "21c2ce5"  # the last commit before the credit-pipeline refactor
+
+# A PureJaxRL look-alike: wrappers.py imports brax and navix at the top and unpacks gymnax's old
+# five-value step; ppo.py imports `wrappers` as a top-level module and keeps its defaults in a
+# `config` literal under __main__, as PureJaxRL's do.
+FAKE_WRAPPERS = '''
+from brax import envs
+from brax.envs.wrappers.training import EpisodeWrapper, AutoResetWrapper
+import navix as nx
+
+
+class LogWrapper:
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, done, info = self._env.step(key, state, action, params)
+        info["returned_episode"] = done
+        return obs, state, reward, done, info
+
+
+class BraxGymnaxWrapper:
+    def __init__(self, env_name):
+        self._env = envs.get_environment(env_name=env_name)
+'''
+FAKE_PPO = '''
+import jax
+import jax.numpy as jnp
+import gymnax
+from wrappers import LogWrapper
+
+
+def make_train(config):
+    config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
+    env, env_params = gymnax.make(config["ENV_NAME"])
+    env = LogWrapper(env)
+
+    def train(rng):
+        keys = jax.random.split(rng, config["NUM_ENVS"])
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+
+        def step(carry, key):
+            state, total = carry
+            keys = jax.random.split(key, config["NUM_ENVS"])
+            action = jnp.zeros(config["NUM_ENVS"], jnp.int32)
+            obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                keys, state, action, env_params)
+            return (state, total + reward.sum() * config["GAMMA"]), done
+
+        steps = int(config["NUM_UPDATES"]) * config["NUM_STEPS"]
+        (_, total), done = jax.lax.scan(step, (state, 0.0), jax.random.split(rng, steps))
+        return {"total": total, "done": done}
+
+    return train
+
+
+if __name__ == "__main__":
+    config = {"NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "GAMMA": 0.99,
+              "GAE_LAMBDA": 0.95, "ENV_NAME": "CartPole-v1", "DEBUG": True}
+'''
+
+
+@pytest.fixture(scope="module")
+def fake_purejaxrl(tmp_path_factory):
+    """A checkout folder and its git directory."""
+    root = tmp_path_factory.mktemp("purejaxrl_checkout")
+    (root / "purejaxrl").mkdir()
+    (root / "purejaxrl" / "wrappers.py").write_text(textwrap.dedent(FAKE_WRAPPERS))
+    (root / "purejaxrl" / "ppo.py").write_text(textwrap.dedent(FAKE_PPO))
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    try:
+        subprocess.run([*git, "init", "-q"], check=True, capture_output=True)
+        subprocess.run([*git, "add", "."], check=True, capture_output=True)
+        subprocess.run([*git, "commit", "-qm", "fake"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return root, None
+    return root, root / ".git"
+
+
+def git_revision_available(rev: str) -> bool:
+    try:
+        baseline.resolve(rev, baseline.repository_root())
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The timing protocol and the tables
+# ---------------------------------------------------------------------------------------------
+
+
+def test_race_alternates_calls_and_reports_time_per_step_against_the_first_row():
+    order = []
+
+    def case(label, steps):
+        c = timing.compile_case(label, lambda key: jax.random.normal(key, (8,)).sum(),
+                                lambda s: (jax.random.key(s),), steps)
+        call = c.call
+        c.call = lambda seed: order.append((label, seed)) or call(seed)
+        return c
+
+    cases = timing.race([case("a", 100), case("b", 300)], repeats=3, seed=10)
+    # One warm-up each (seed − 1), then a, b, a, b, a, b with seeds 10, 10, 11, 11, 12, 12.
+    assert order == [("a", 9), ("b", 9), ("a", 10), ("b", 10), ("a", 11), ("b", 11), ("a", 12),
+                     ("b", 12)]
+    for c in cases:
+        c.times = [1.0, 2.0, 4.0]  # median 2 s
+    result = bench_train.race_result("toy", cases)
+    assert [r["sps"] for r in result["cases"]] == [50, 150]
+    assert [r["time_per_step_vs_first"] for r in result["cases"]] == [1.0, round(1 / 3, 3)]
+    table = bench_train.format_race(result)
+    assert "toy (time/step relative to a)" in table and "150" in table
+
+
+def test_fit_steps_parse_and_reject_non_integers():
+    assert bench_train.parse_fit_steps(("1,4", "16", "4")) == [1, 4, 16]
+    for bad in (("1,x",), ("-1",), ()):
+        with pytest.raises(ValueError, match="--fit-steps"):
+            bench_train.parse_fit_steps(bad)
+
+
+def test_estimator_races_group_by_fit_steps(monkeypatch):
+    """GAE first in every race; learned estimators once per fit-steps value, a parameter-free
+    one only in the first race; no compilation here (engine_case is replaced)."""
+    built = []
+
+    def fake_engine_case(label, agents, fields, hparams, seeds=1, **extra):
+        built.append((label, fields.get("estimator_fit_steps"), fields["eval_every"]))
+        return timing.Case(label, None, None, 1000, 0.0, times=[1.0], extra=extra)
+
+    monkeypatch.setattr(bench_train, "engine_case", fake_engine_case)
+    monkeypatch.setattr(bench_train, "race", lambda cases, repeats, seed: cases)
+    args = bench_train.TrainBench(estimator_envs=4, estimator_steps=8, estimator_updates=1)
+    specs = bench_train.parse_specs(["hca_return,nstep:n=3"])
+    results = bench_train.estimator_races(args, specs, [1, 16], (), {"gamma": 0.9,
+                                                                     "lambda_": 0.9}, 1)
+    assert [[c["label"] for c in r["cases"]] for r in results] == [
+        ["gae", "hca_return", "nstep:n=3"], ["gae", "hca_return"]]
+    assert ("hca_return", 16, 0) in built and ("nstep:n=3", 1, 0) in built
+    assert results[1]["cases"][1]["estimator_fit_steps"] == 16
+    assert results[0]["cases"][2]["estimator_fit_steps"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# PureJaxRL from a user's checkout
+# ---------------------------------------------------------------------------------------------
+
+
+def test_five_value_step_gives_done_as_terminated_or_truncated():
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = purejaxrl.FiveValueStep(env)
+    key = jax.random.key(0)
+    _, state = wrapped.reset(key, params)
+    state = state.replace(time=params.max_steps_in_episode - 1)  # the next step times out
+    out = wrapped.step(key, state, 0, params)
+    assert len(out) == 5 and bool(out[3])
+    assert wrapped.num_actions == env.num_actions  # everything else is the env's
+
+
+@pytest.mark.parametrize("form", ["checkout", "git"])
+def test_purejaxrl_loads_unedited_with_stand_ins_for_missing_packages(form, fake_purejaxrl,
+                                                                      tmp_path):
+    root, git_dir = fake_purejaxrl
+    if form == "git":
+        if git_dir is None:
+            pytest.skip("git is not available")
+        folder = purejaxrl.export_from_git(str(git_dir), tmp_path)
+    else:
+        folder = purejaxrl.source_folder(str(root))
+    before = sys.modules.get("wrappers")
+    ppo, defaults = purejaxrl.load_ppo(folder)
+    assert sys.modules.get("wrappers") is before  # the top-level name is not left behind
+    assert defaults["TOTAL_TIMESTEPS"] == 5e5 and defaults["ENV_NAME"] == "CartPole-v1"
+    missing = purejaxrl.missing_packages()
+    assert not any(m.split(".")[0] in missing for m in sys.modules)
+    if "brax" in missing:  # a stand-in satisfied the import and refuses to be used
+        with pytest.raises(ImportError, match="brax"):
+            ppo.LogWrapper.__init__.__globals__["BraxGymnaxWrapper"]("ant")
+    config = dict(defaults, TOTAL_TIMESTEPS=1024, NUM_STEPS=8)
+    out = jax.jit(ppo.make_train(config))(jax.random.PRNGKey(0))
+    assert out["done"].shape == (256, 4) and np.isfinite(float(out["total"]))
+
+
+def test_purejaxrl_bad_paths_are_one_line_errors(tmp_path):
+    with pytest.raises(ValueError, match="no purejaxrl/ppo.py"):
+        purejaxrl.source_folder(str(tmp_path))
+    with pytest.raises(ValueError, match="cannot read purejaxrl/ppo.py"):
+        purejaxrl.export_from_git(str(tmp_path / "none.git"), tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# jaxcredit at another revision
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rename_package_rewrites_imports_and_registry_paths_only():
+    source = textwrap.dedent('''
+        import jaxcredit
+        import jaxcredit.envs as E
+        from jaxcredit.agents import make_train
+        ENTRIES = {"gae": "jaxcredit.estimators.classic:gae"}
+        jaxcredit_like = my.jaxcredit + "runs/jaxcredit-x" + "jaxcredit_2"
+    ''')
+    out = baseline.rename_package(source, "jaxcredit_abc")
+    assert "import jaxcredit_abc\n" in out and "import jaxcredit_abc.envs as E" in out
+    assert "from jaxcredit_abc.agents import" in out
+    assert '"jaxcredit_abc.estimators.classic:gae"' in out
+    assert 'jaxcredit_like = my.jaxcredit + "runs/jaxcredit-x" + "jaxcredit_2"' in out
+
+
+@pytest.mark.skipif(not git_revision_available(BASELINE_REV),
+                    reason=f"{BASELINE_REV} is not in this checkout's history")
+def test_baseline_revision_imports_beside_the_current_engine(tmp_path):
+    import jaxcredit
+    from jaxcredit import agents
+
+    old, short = baseline.import_revision(BASELINE_REV, tmp_path)
+    assert short == BASELINE_REV and old.__name__ == f"jaxcredit_{BASELINE_REV}.agents"
+    assert sys.modules["jaxcredit"] is jaxcredit and old.TrainConfig is not agents.TrainConfig
+    fields = bench_train.ppo_fields(4, 512)
+    config = baseline.make_config(old, **fields)
+    assert config.num_updates == 1 and config.update_epochs == 4
+    # The refactored engine evaluates by default; the old one has no evaluation to turn off.
+    assert baseline.make_config(agents, **fields, eval_every=0).eval_every == 0
+    with pytest.raises(ValueError, match="has no field.*eval_every"):
+        baseline.make_config(old, **fields, eval_every=0)
+    with pytest.raises(ValueError, match="not a commit"):
+        baseline.import_revision("no-such-revision", tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end, small
+# ---------------------------------------------------------------------------------------------
+
+
+def run_cli(argv, capsys):
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_bench_train_main_race_against_purejaxrl_and_a_baseline(fake_purejaxrl, tmp_path,
+                                                                capsys, monkeypatch):
+    root, _ = fake_purejaxrl
+    # A smaller PPO than PureJaxRL's (one epoch, one minibatch, narrow MLPs) compiles faster;
+    # both engines still get the same fields.
+    purejaxrl_defaults = bench_train.ppo_fields
+    small = lambda num_envs, total: dict(  # noqa: E731
+        purejaxrl_defaults(num_envs, total), update_epochs=1, num_minibatches=1,
+        hidden_sizes=(8,))
+    monkeypatch.setattr(bench_train, "ppo_fields", small)
+    argv = ["bench", "train", "--quick", "--total-timesteps", "512", "--purejaxrl", str(root),
+            "--json", str(tmp_path / "bench.json")]
+    rows = ["jaxcredit", "jaxcredit, evaluating", "purejaxrl"]
+    if git_revision_available(BASELINE_REV):
+        argv += ["--baseline-rev", BASELINE_REV]
+        rows.append(f"jaxcredit {BASELINE_REV}")
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    (race,) = saved["races"]
+    assert [c["label"].split(" ")[0] if c["label"].startswith("purejaxrl") else c["label"]
+            for c in race["cases"]] == rows
+    assert all(c["sps"] > 0 and len(c["run_s_all"]) == 2 for c in race["cases"])
+    assert race["cases"][0]["env_steps_per_call"] == 512
+    assert set(race["ratios"]) == {f"jaxcredit/{label}" for label in
+                                   [c["label"] for c in race["cases"][1:]]}
+    assert "SPS ratio jaxcredit/purejaxrl" in out and "skipped" not in out
+
+
+def test_bench_train_without_purejaxrl_says_the_comparison_was_skipped(tmp_path, monkeypatch,
+                                                                       capsys):
+    monkeypatch.setattr(bench_train, "main_race", lambda *a: {
+        "race": "stub", "reference": "jaxcredit", "ratios": {},
+        "cases": [{"label": "jaxcredit", "sps": 1, "compile_s": 0.0, "run_s_median": 1.0,
+                   "time_per_step_vs_first": 1.0}]})
+    code, out, _ = run_cli(["bench", "train", "--quick", "--json", str(tmp_path / "b.json")],
+                           capsys)
+    assert code == 0 and "PureJaxRL comparison skipped" in out
+    assert json.loads((tmp_path / "b.json").read_text())["purejaxrl"].startswith("skipped")
+
+
+def test_bench_estimators_small(tmp_path, capsys):
+    code, out, err = run_cli(["bench", "estimators", "--estimators", "n_step", "--T", "8",
+                              "--B", "4", "--repeats", "2", "--gamma", "0.9", "--json",
+                              str(tmp_path / "e.json")], capsys)
+    assert code == 0, err
+    saved = json.loads((tmp_path / "e.json").read_text())
+    assert saved["gamma"] == 0.9 and {t["impl"] for t in saved["timings"]} == {"scan", "rlax"}
+    assert "n_step (n=5)" in out
