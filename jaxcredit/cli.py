@@ -43,7 +43,7 @@ from typing import Annotated, Any, Callable, Optional, Sequence  # noqa: E402
 
 import tyro  # noqa: E402
 
-from jaxcredit.agents.config import DEFAULTS, FIELDS, OPTION_FIELDS, Hparams, TrainConfig  # noqa: E402
+from jaxcredit.agents.config import FIELDS, OPTION_FIELDS, Hparams, TrainConfig  # noqa: E402
 
 PROG = "jaxcredit"
 
@@ -92,7 +92,7 @@ class RunOptions:
     """show a progress bar"""
     stop_after_chunks: Optional[int] = None
     """stop after this many chunks (continue later with --resume)"""
-    logger: tuple[str, ...] = ()
+    logger: Repeatable = ()
     """extra per-seed loggers: tensorboard, wandb (pip install 'jaxcredit[loggers]')"""
 
 
@@ -100,9 +100,9 @@ class RunOptions:
 class SweepOptions:
     """What a sweep varies."""
 
-    grid: tuple[str, ...] = ()
+    grid: Repeatable = ()
     """NAME=V1,V2,... per hyper-parameter; the grid is their product"""
-    random: tuple[str, ...] = ()
+    random: Repeatable = ()
     """NAME=LOW:HIGH[:log] per hyper-parameter, sampled --num-samples times"""
     num_samples: int = 8
     """settings drawn by --random"""
@@ -110,11 +110,21 @@ class SweepOptions:
     """seed of the --random draw"""
 
 
+# Repeatable flags that take one or more values each: ``--env-option n=10 --env-option sigma=1``
+# and ``--env-option n=10 sigma=1`` mean the same.
+Repeatable = Annotated[tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction]
+
+
+def flat(values) -> tuple[str, ...]:
+    """The values of a :data:`Repeatable` flag, in order."""
+    return tuple(v for group in values for v in (group if isinstance(group, tuple) else (group,)))
+
+
 def _flag_type(cls: type, name: str, annotation: Any):
-    """The command-line type of a config field: options become KEY=VALUE strings, floats that
-    count things accept 5e6, and the hyper-parameters' ``Any`` leaves are floats."""
+    """The command-line type of a config field: options become repeatable KEY=VALUE strings,
+    floats that count things accept 5e6, and the hyper-parameters' ``Any`` leaves are floats."""
     if name in OPTION_FIELDS:
-        return tuple[str, ...]
+        return Repeatable
     if name == "total_timesteps":
         return float
     if cls is Hparams:
@@ -208,7 +218,7 @@ def build_config(args) -> TrainConfig:
     for f in dataclasses.fields(TrainConfig):
         value = getattr(args, f.name)
         if f.name in OPTION_FIELDS:
-            value = parse_options(value, "--" + f.name.replace("_", "-")[:-1])
+            value = parse_options(flat(value), "--" + f.name.replace("_", "-")[:-1])
         elif f.name == "total_timesteps":
             if value != int(value) or value <= 0:
                 raise UsageError(f"total_timesteps must be a positive whole number, got {value}")
@@ -224,12 +234,13 @@ def base_hparams(args) -> dict:
 def sweep_settings(args) -> tuple[list[dict], tuple[str, ...]]:
     from jaxcredit import sweep
 
-    if args.grid and args.random:
+    grid, random = flat(args.grid), flat(args.random)
+    if grid and random:
         raise UsageError("use either --grid or --random, not both")
     base = base_hparams(args)
-    if args.grid:
+    if grid:
         axes = {}
-        for item in args.grid:
+        for item in grid:
             if "=" not in item:
                 raise UsageError(f"--grid entries look like NAME=V1,V2, got {item!r}")
             name, values = item.split("=", 1)
@@ -238,9 +249,9 @@ def sweep_settings(args) -> tuple[list[dict], tuple[str, ...]]:
             except ValueError:
                 raise UsageError(f"--grid {item!r}: values must be numbers") from None
         settings = sweep.grid(**axes)
-    elif args.random:
+    elif random:
         ranges = {}
-        for item in args.random:
+        for item in random:
             if "=" not in item:
                 raise UsageError(f"--random entries look like NAME=LOW:HIGH[:log], got {item!r}")
             name, spec = item.split("=", 1)
@@ -268,8 +279,12 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
+        changed = _changed_config_flags(args)
+        if changed:
+            raise UsageError(f"--resume continues the saved run as it was configured; it takes no "
+                             f"config flags (got {', '.join(changed)})")
         return _report(run_experiment(None, None, args.out, resume=True, progress=args.progress,
-                                      max_chunks=args.stop_after_chunks, loggers=args.logger))
+                                      max_chunks=args.stop_after_chunks, loggers=flat(args.logger)))
     config = build_config(args)
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
@@ -277,7 +292,18 @@ def cmd_train(args, settings=None, swept=()) -> dict:
                    seed=args.seed, num_chunks=args.num_chunks, swept=tuple(swept))
     return _report(run_experiment(config, spec, args.out or _default_out(config),
                                   force=args.force, progress=args.progress,
-                                  max_chunks=args.stop_after_chunks, loggers=args.logger))
+                                  max_chunks=args.stop_after_chunks, loggers=flat(args.logger)))
+
+
+def _changed_config_flags(args) -> list[str]:
+    """The TrainConfig / Hparams flags given other values than their defaults."""
+    changed = []
+    for cls in (TrainConfig, Hparams):
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if hasattr(args, f.name) and getattr(args, f.name) != default:
+                changed.append("--" + (_flag_name(f.name) or f.name).replace("_", "-"))
+    return changed
 
 
 def _report(summary: dict) -> dict:
@@ -350,10 +376,34 @@ def parse(cls, argv: Sequence[str], prog: str):
         if not exit_.code:  # --help
             sys.stdout.write(text)
             raise
-        lines = [ln.strip(" │╭╮╰╯─-") for ln in text.splitlines()]
-        lines = [ln for ln in lines if ln]
-        message = lines[1] if len(lines) > 1 else (lines[0] if lines else "bad arguments")
+        message = _tyro_message(text)
         raise UsageError(message) from None
+
+
+def _tyro_message(text: str) -> str:
+    """A tyro error box on one line: its message, plus the flag it suggests, if any.
+
+    The box (drawn with box characters on a terminal, dashes otherwise) is a title, then sections
+    separated by rules: the message, the argument's help or a "Perhaps you meant" list, and a
+    pointer to --help.
+    """
+    sections, current = [], []
+    for line in text.splitlines():
+        inner = line.strip().strip("│╭╮╰╯").strip()
+        if inner and set(inner) <= set("-─"):
+            sections.append(current)
+            current = []
+        elif inner:
+            current.append(inner.strip("─ "))
+    sections.append(current)
+    sections = [sec for sec in sections if sec]
+    title = sections[0][0] if sections and sections[0] else "bad arguments"
+    body = sections[1] if len(sections) > 1 else sections[0] if sections else []
+    message = " ".join(body) or title
+    for sec in sections[2:]:
+        if sec[0].lower().startswith("perhaps you meant") and len(sec) > 1:
+            message += f" (did you mean {sec[1].split()[0]}?)"
+    return message
 
 
 SUBCOMMANDS = ("train", "sweep", "plot", "list", "run", "bench", "diagnose")

@@ -65,8 +65,11 @@ def random_search(seed: int, num: int, **ranges: tuple) -> list[dict]:
             raise ValueError(f"range for {name} must be (low, high) or (low, high, 'log'), "
                              f"got {spec!r}")
         low, high = float(spec[0]), float(spec[1])
-        if not low <= high or (len(spec) == 3 and spec[2] == "log" and low <= 0):
-            raise ValueError(f"bad range for {name}: {spec!r}")
+        if not low <= high:
+            raise ValueError(f"bad range for {name}: low {low:g} is above high {high:g} "
+                             "(write LOW:HIGH)")
+        if len(spec) == 3 and spec[2] == "log" and low <= 0:
+            raise ValueError(f"bad range for {name}: a log range needs low > 0, got {low:g}")
         if len(spec) == 3 and spec[2] == "log":
             columns[name] = np.exp(rng.uniform(np.log(low), np.log(high), num))
         else:

@@ -141,7 +141,11 @@ def make(name: str, **kwargs) -> tuple[Any, Any]:
         fixed = sorted(set(init) & set(dict(entry.defaults)))
         if fixed:
             raise ValueError(f"{name}: {fixed} is fixed by the name; pick another name instead.")
-        env = factory(**{**dict(entry.defaults), **init})
+        try:
+            env = factory(**{**dict(entry.defaults), **init})
+        except (TypeError, ValueError) as error:
+            shown = ", ".join(f"{k}={v!r}" for k, v in init.items())
+            raise ValueError(f"{name}({shown}): {' '.join(str(error).split())}") from None
         init_keys = _constructor_keys(factory) or set()
         return env, _apply_params(name, env, init_keys, rest)
     if name in gymnax.registered_envs:
