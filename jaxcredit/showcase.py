@@ -22,7 +22,6 @@ import pathlib
 import sys
 import time
 
-import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
@@ -40,14 +39,16 @@ class Args:
 
     out: str = "runs/showcase"
     """output directory (an existing one is moved aside to <out>.old-<time>)"""
-    n: int = 10
+    n: int = 30
     """DelayedEffect's chain length: the reward comes n steps after the decisive action"""
     sigma: float = 1.0
     """std of the reward noise on every step of the chain"""
     seeds: int = 32
     """seeds per learner (vmapped in one program)"""
     updates: int = 150
-    """updates per seed (16 whole episodes each)"""
+    """updates per seed"""
+    episodes_per_update: int = 4
+    """whole episodes per update (parallel environments)"""
     gradient_episodes: int = 4096
     """episodes for the gradient statistics"""
 
@@ -77,7 +78,7 @@ def gradients(args: Args, out: pathlib.Path) -> str:
 
 def learning(args: Args, out: pathlib.Path) -> str:
     """A2C+GAE against fitted hindsight credit, ``args.seeds`` seeds each."""
-    num_envs, num_steps = 16, args.n + 1  # whole episodes per window
+    num_envs, num_steps = args.episodes_per_update, args.n + 1  # whole episodes per window
     cases = []
     for label in LEARNERS:
         config = TrainConfig(**learner_fields(label), env="DelayedEffect",

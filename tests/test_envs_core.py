@@ -230,6 +230,12 @@ def test_ambiguous_bandit(theta_key):
     assert abs(reward[outcome == 0].std() - 1.5) < 0.03
     assert_mc_close(reward[traj["action"] == 0], 1.9)
     assert_mc_close(reward[traj["action"] == 1], 1.1)
+    # Against the tabular ground truth (the rollout's policy is uniform).
+    uniform = tabular.uniform_policy(mdp)
+    q0 = mdp.initial @ tabular.action_values(mdp, uniform, 1.0)
+    np.testing.assert_allclose(np.asarray(q0), [1.9, 1.1], atol=1e-6)
+    exact = mdp.initial @ tabular.state_values(mdp, uniform, 1.0)
+    assert_mc_close(first_episode_returns(traj, 1.0), exact)
 
 
 @pytest.mark.parametrize("version", [1, 2])

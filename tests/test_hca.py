@@ -88,7 +88,8 @@ def exact_return_hindsight(pi, env_name="AmbiguousBandit", **env_kwargs):
 
 
 def test_exact_bandit_hindsight_matches_the_hand_computed_table():
-    """The ambiguous bandit of Harutyunyan et al. (2019): ε = 0.1, μ = (2, 1), σ = 1.5, uniform π."""
+    """The ambiguous bandit of Harutyunyan et al. (2019): ε = 0.1, μ = (2, 1), σ = 1.5,
+    uniform π."""
     mdp = _bandit()
     pi = tabular.uniform_policy(mdp)
     params = exact_return_hindsight(pi)

@@ -71,7 +71,8 @@ def ref_lambda_returns(r, discount, v, lam):
 
 
 def ref_n_step(r, discount, v, n):
-    """Direct sum: Σ_{k<h} (Π_{j<k} γ_{t+j}) r_{t+k} + (Π_{j<h} γ_{t+j}) v_{t+h-1}, h = min(n, T-t)."""
+    """Direct sum: Σ_{k<h} (Π_{j<k} γ_{t+j}) r_{t+k} + (Π_{j<h} γ_{t+j}) v_{t+h-1},
+    h = min(n, T-t)."""
     r, discount, v = (np.asarray(x, np.float64) for x in (r, discount, v))
     T = r.shape[0]
     out = np.zeros_like(r)
@@ -91,8 +92,8 @@ def random_window(rng, shape, p_term=0.1, p_trunc=0.1, dtype=np.float32):
     nv = rng.normal(size=shape).astype(dtype)
     term = rng.random(shape) < p_term
     trunc = (rng.random(shape) < p_trunc) & ~term
-    # As in a real rollout: inside an episode V(s'_{t+1}) is the value of the next state, V(s_{t+1});
-    # after an episode end s_{t+1} is a reset state, unrelated to the final observation.
+    # As in a real rollout: inside an episode V(s'_{t+1}) is the value of the next state,
+    # V(s_{t+1}); after an episode end s_{t+1} is a reset state, unrelated to the final observation.
     done = term | trunc
     v[1:] = np.where(done[:-1], v[1:], nv[:-1])
     return r, v, nv, term, trunc
@@ -134,7 +135,8 @@ def test_gae_hand_checked_termination_and_truncation(method):
     next_values = jnp.array([1.0, 99.0, 1.0, 10.0])  # 99 at the terminal must be ignored.
     terminated = jnp.array([False, True, False, False])
     truncated = jnp.array([False, False, False, True])
-    adv, targets = E.gae(rewards, values, next_values, terminated, truncated, 0.5, 1.0, method=method)
+    adv, targets = E.gae(rewards, values, next_values, terminated, truncated, 0.5, 1.0,
+                         method=method)
     # t=3: δ = 1 + 0.5·10 - 1 = 5 (trace cut: it is the window's end anyway)   → Â = 5
     # t=2: δ = 1 + 0.5·1 - 1 = 0.5;  Â = 0.5 + 0.5·5 = 3.0
     # t=1: δ = 1 + 0 - 1 = 0 (terminal);  Â = 0 (trace cut)
@@ -171,7 +173,8 @@ def test_discounted_returns_hand_checked():
     r = jnp.array([1.0, 0.0, 2.0])
     d = jnp.full(3, 0.5)
     np.testing.assert_allclose(E.discounted_returns(r, d, 4.0), [2.0, 2.0, 4.0])
-    np.testing.assert_allclose(E.discounted_returns(r, d, jnp.array([0.0, 0.0, 4.0])), [2.0, 2.0, 4.0])
+    np.testing.assert_allclose(E.discounted_returns(r, d, jnp.array([0.0, 0.0, 4.0])),
+                               [2.0, 2.0, 4.0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +207,8 @@ def test_time_out_inside_window_rlax_and_purejaxrl_get_it_wrong():
         delta = rewards[t] + gamma * next_values[t] * (1 - done[t]) - values[t]
         running = delta + gamma * lam * (1 - done[t]) * running
         pjr[t] = running
-    np.testing.assert_allclose(pjr[:3], [-9 * (gamma * lam) ** 2, -9 * gamma * lam, -9.0], rtol=1e-5)
+    np.testing.assert_allclose(pjr[:3], [-9 * (gamma * lam) ** 2, -9 * gamma * lam, -9.0],
+                               rtol=1e-5)
 
     # rlax: V(s_{t+1}) comes from values[t+1], which after the auto-reset is the *reset* state
     # (worth 0), so δ_2 = 1 + 0.9·0 - 10 = -9, and the uncut trace carries it back as well.
@@ -231,7 +235,8 @@ def test_identities(method):
         E.lambda_returns(r, d, nv, 1.0, method=method),
         E.discounted_returns(r, d, nv, method=method), rtol=1e-5)
     # λ = 0 = one-step TD target.
-    np.testing.assert_allclose(E.lambda_returns(r, d, nv, 0.0, method=method), r + d * nv, rtol=1e-5)
+    np.testing.assert_allclose(E.lambda_returns(r, d, nv, 0.0, method=method), r + d * nv,
+                               rtol=1e-5)
     # n-step with n ≥ T = Monte Carlo with bootstrap.
     for n in (7, 50):
         np.testing.assert_allclose(
@@ -243,7 +248,8 @@ def test_identities(method):
     v = v.copy()
     v[1:] = nv[:-1]
     adv, targets = E.gae(r, v, nv, no_end, no_end, 0.9, 0.7, method=method)
-    np.testing.assert_allclose(targets, E.lambda_returns(r, d, nv, 0.7, method=method), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(targets, E.lambda_returns(r, d, nv, 0.7, method=method),
+                               rtol=1e-5, atol=1e-5)
     adv0, _ = E.gae(r, v, nv, no_end, no_end, 0.9, 0.0, method=method)
     np.testing.assert_allclose(adv0, r + 0.9 * nv - v, rtol=1e-5, atol=1e-6)
 
@@ -332,7 +338,8 @@ def test_n_step_matches_reference_and_rlax(n):
     d = (0.9 * (rng.random((T, B)) > 0.15)).astype(np.float32)
     ours = E.n_step_bootstrapped_returns(r, d, v, n)
     np.testing.assert_allclose(ours, ref_n_step(r, d, v, n), rtol=1e-5, atol=1e-5)
-    theirs = jax.vmap(rlax.n_step_bootstrapped_returns, in_axes=(1, 1, 1, None), out_axes=1)(r, d, v, n)
+    theirs = jax.vmap(rlax.n_step_bootstrapped_returns, in_axes=(1, 1, 1, None), out_axes=1)(
+        r, d, v, n)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
     # Per-step λ, as rlax defines it.
     lam = rng.uniform(size=(T, B)).astype(np.float32)
@@ -423,15 +430,18 @@ def test_jit_vmap_and_grad():
     lams = jnp.array([0.0, 0.5, 1.0])
     batched = jax.vmap(lambda lam: E.gae(r, v, nv, term, trunc, 0.99, lam)[0])(lams)
     for i, lam in enumerate([0.0, 0.5, 1.0]):
-        np.testing.assert_allclose(batched[i], E.gae(r, v, nv, term, trunc, 0.99, lam)[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(batched[i], E.gae(r, v, nv, term, trunc, 0.99, lam)[0],
+                                   rtol=1e-5, atol=1e-6)
     for method in METHODS:
         loss = lambda v, nv: jnp.sum(E.gae(r, v, nv, term, trunc, 0.99, 0.9, method=method)[0] ** 2)
         grads = jax.grad(loss, argnums=(0, 1))(jnp.asarray(v), jnp.asarray(nv))
         assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
-        loss = lambda rr: jnp.sum(E.lambda_returns(rr, 0.9 * jnp.ones_like(rr), nv, 0.5, method=method))
+        loss = lambda rr: jnp.sum(
+            E.lambda_returns(rr, 0.9 * jnp.ones_like(rr), nv, 0.5, method=method))
         assert bool(jnp.all(jnp.isfinite(jax.grad(loss)(jnp.asarray(r)))))
     assert bool(jnp.all(jnp.isfinite(jax.grad(
-        lambda vv: jnp.sum(E.n_step_bootstrapped_returns(r, 0.9 * jnp.ones_like(r), vv, 3)))(jnp.asarray(v)))))
+        lambda vv: jnp.sum(E.n_step_bootstrapped_returns(r, 0.9 * jnp.ones_like(r), vv, 3)))(
+            jnp.asarray(v)))))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float64])
@@ -450,7 +460,8 @@ def test_dtype_is_kept(dtype):
         assert E.n_step_bootstrapped_returns(r, d, nv, 3).dtype == dtype
         if dtype == jnp.float64:
             ref_adv, _ = ref_gae(r, v, nv, term, trunc, 0.99, 0.95)
-            np.testing.assert_allclose(E.gae(r, v, nv, term, trunc, 0.99, 0.95)[0], ref_adv, rtol=1e-12)
+            np.testing.assert_allclose(E.gae(r, v, nv, term, trunc, 0.99, 0.95)[0], ref_adv,
+                                       rtol=1e-12)
 
 
 def test_bad_inputs_are_rejected():
@@ -500,11 +511,12 @@ def test_registry_estimators_agree_with_functions():
         np.testing.assert_allclose(credit.advantage, ref_adv, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(credit.value_target, ref_t, rtol=1e-5, atol=1e-5)
     _, mc_targets = ref_gae(*args, hp.gamma, 1.0)
-    np.testing.assert_allclose(E.make_estimator("mc").assign({}, traj, hp, KEY).value_target, mc_targets,
-                               rtol=1e-5, atol=1e-5)
-    # n-step with a horizon longer than the window equals Monte Carlo.
-    np.testing.assert_allclose(E.make_estimator("nstep", n=50).assign({}, traj, hp, KEY).value_target,
+    np.testing.assert_allclose(E.make_estimator("mc").assign({}, traj, hp, KEY).value_target,
                                mc_targets, rtol=1e-5, atol=1e-5)
+    # n-step with a horizon longer than the window equals Monte Carlo.
+    np.testing.assert_allclose(
+        E.make_estimator("nstep", n=50).assign({}, traj, hp, KEY).value_target, mc_targets,
+        rtol=1e-5, atol=1e-5)
     est = E.make_estimator("gae")
     assert not est.learned and not est.all_action
     loss, metrics = est.loss(est.init(jax.random.key(0), traj), traj, hp, KEY)

@@ -136,16 +136,17 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                        ("final", "Final P(optimal first action) (mean of the last 2 "
                                  "evaluations)")):
         lines += [f"### {title}", ""] + X.markdown_table(tasks, learners, cell(key)) + [""]
-    fitted = [l for l in learners if "oracle" not in l and ("hca" in l or "c2a2c" in l)]
+    fitted = [label for label in learners
+              if "oracle" not in label and ("hca" in label or "c2a2c" in label)]
     lines += ["### KL(exact ‖ fitted hindsight model), last 3 evaluations", ""]
     lines += X.markdown_table(tasks, fitted, cell("kl", 4)) + [""]
-    agg = stats.aggregate({l: np.stack([results[f"{t}|{l}"]["area"] for t in tasks], axis=1)
-                           for l in learners})
+    agg = stats.aggregate({label: np.stack([results[f"{t}|{label}"]["area"] for t in tasks],
+                                           axis=1) for label in learners})
     lines += ["### Across tasks: IQM and mean of the area (rliable, stratified bootstrap 95% CI)",
               "", "| learner | IQM | mean |", "|---|---|---|"]
-    for l in learners:
-        a = agg[l]
-        lines.append(f"| {l} | {a['iqm']:.3f} [{a['iqm_low']:.3f}, {a['iqm_high']:.3f}] | "
+    for label in learners:
+        a = agg[label]
+        lines.append(f"| {label} | {a['iqm']:.3f} [{a['iqm_low']:.3f}, {a['iqm_high']:.3f}] | "
                      f"{a['mean']:.3f} [{a['mean_low']:.3f}, {a['mean_high']:.3f}] |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results,

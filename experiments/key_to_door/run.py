@@ -144,8 +144,8 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                        ("eval/exact_return/final", "Final expected return J(π) (exact)")):
         lines += [f"### {title}", ""] + X.markdown_table(rows, learners, cell(key), "") + [""]
     lines += ["### KL(exact ‖ learned hindsight model), mean over the last 4 evaluations", ""]
-    lines += X.markdown_table(rows, [l for l in learners if "oracle" not in l and (
-        "hca" in l or "c2a2c" in l)], cell("estimator/kl_to_exact/final", 4), "") + [""]
+    lines += X.markdown_table(rows, [label for label in learners if "oracle" not in label and (
+        "hca" in label or "c2a2c" in label)], cell("estimator/kl_to_exact/final", 4), "") + [""]
     agg = stats.aggregate({label: np.stack([results[f"L{L}/{label}"]["eval/treasure_rate/final"]
                                             for L in lengths], axis=1) for label in learners})
     lines += ["### Across lengths: IQM and mean of the final rate (rliable, stratified bootstrap "

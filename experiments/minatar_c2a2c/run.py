@@ -121,7 +121,7 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
              "env steps per seed; mean ± 95% CI (Student t) over seeds.", "",
              "### Final evaluation return (mean of the last 2 evaluations, 16 episodes each)", ""]
     lines += X.markdown_table(tasks, learners, cell("final")) + [""]
-    gated = [l for l in learners if "c2a2c" in l]
+    gated = [label for label in learners if "c2a2c" in label]
     lines += ["### Fraction of the gate open (mean over the last 50 updates)", ""]
     lines += X.markdown_table(tasks, gated, cell("gate_open", 3)) + [""]
     (out / "table.md").write_text("\n".join(lines) + "\n")

@@ -1,4 +1,5 @@
-"""Exact quantities of the current policy inside the compiled step, on environments with a tabular MDP.
+"""Exact quantities of the current policy inside the compiled step, on environments with a
+tabular MDP.
 
 On an environment with ground truth (``jaxcredit.envs.tabular``: ``tabular_mdp`` and
 ``state_index``) the policy network can be read as a table: π[s] = softmax(f_θ(o(s))) with o(s)

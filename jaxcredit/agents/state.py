@@ -1,4 +1,5 @@
-"""The engine's records: the train state (everything a run needs to continue) and a collected window.
+"""The engine's records: the train state (everything a run needs to continue) and a collected
+window.
 
 Checkpointing the train state (the agent's and the credit models' parameters and optimiser
 states, the environments, the RNG keys, the update count) and restoring it later reproduces the

@@ -267,8 +267,8 @@ def return_distribution(
     """Distribution of the undiscounted return Z on a uniform grid ``support`` ``[Z]``.
 
     Z(s, a) = Σ_{k≥0} R_k from S_0 = s, A_0 = a, then π, over at most ``horizon + 1`` steps (exact
-    when every episode ends within ``horizon`` steps). Rewards must be deterministic and multiples of
-    the grid step; the grid must contain 0 (exactly, up to rounding). Mass of returns outside the
+    when every episode ends within ``horizon`` steps). Rewards must be deterministic and multiples
+    of the grid step; the grid must contain 0 (exactly, up to rounding). Mass of returns outside the
     grid is dropped, so a too-small grid shows as probabilities summing to less than one.
 
     This is the dense reference ([S, A, S, Z] per backup). :mod:`jaxcredit.envs.return_law`

@@ -101,10 +101,10 @@ class TaskInterleaving(
     key with probability 1/2 and earns exactly half, 2.7805 (2.7627 with the time limit).
 
     Ground truth (a :class:`~jaxcredit.envs.tabular_env.TabularEnv`): ``tabular_mdp(params)``
-    enumerates every reachable configuration, as COCOA does: (context, room, objects, side,
-    status of the other contexts) plus one terminal state, 1651 states for the defaults. Rewards are deterministic given (state, action). The tabular MDP is
-    the untruncated process; ``tabular.finite_horizon_values(mdp, pi, 100)`` gives values under
-    the default time limit.
+    enumerates every reachable configuration, as COCOA does: (context, room, objects, side, status
+    of the other contexts) plus one terminal state, 1651 states for the defaults. Rewards are
+    deterministic given (state, action). The tabular MDP is the untruncated process;
+    ``tabular.finite_horizon_values(mdp, pi, 100)`` gives values under the default time limit.
     """
 
     def __init__(

@@ -25,7 +25,8 @@ def _credit(targets, trajectory: Trajectory) -> Credit:
 
 
 def gae(method: returns.Method = None) -> Estimator:
-    """Generalized advantage estimation (Schulman et al. 2016) with γ = ``hparams.gamma``, λ = ``hparams.lambda_``."""
+    """Generalized advantage estimation (Schulman et al. 2016) with γ = ``hparams.gamma``,
+    λ = ``hparams.lambda_``."""
 
     def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
         del params, key
@@ -70,7 +71,8 @@ def monte_carlo(method: returns.Method = None) -> Estimator:
 
 
 def n_step(n: int = 5) -> Estimator:
-    """n-step bootstrapped return; the horizon stops at episode ends (``hparams.lambda_`` unused)."""
+    """n-step bootstrapped return; the horizon stops at episode ends (``hparams.lambda_``
+    unused)."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"nstep estimator: n must be a positive integer, got {n!r}")
 

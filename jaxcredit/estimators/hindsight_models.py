@@ -136,7 +136,8 @@ def return_mlp(
 def return_tabular(num_states: int, z_grid: Array, policy_modulated: bool = False):
     """A tabular hindsight model: logits table ``[S, len(z_grid), A]``, Z snapped to the grid.
 
-    Observations are integer state indices or one-hot state vectors (:func:`state_of`). Nearest-bin snapping follows the official HCA code (hca_classes.py).
+    Observations are integer state indices or one-hot state vectors (:func:`state_of`). Nearest-bin
+    snapping follows the official HCA code (hca_classes.py).
 
     Args:
       num_states: S.
@@ -266,7 +267,8 @@ def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHinds
 
 
 def state_oracle() -> StateHindsightModel:
-    """The exact h_γ(a | s_t, s_k); params ``{"log_h": [S, S, A]}`` (``tabular.state_hindsight``)."""
+    """The exact h_γ(a | s_t, s_k); params ``{"log_h": [S, S, A]}``
+    (``tabular.state_hindsight``)."""
 
     def index(params, obs):
         del params

@@ -28,12 +28,14 @@ def registered() -> list[str]:
 
 
 def register(name: str, factory: Factory) -> None:
-    """Adds (or replaces) an estimator: ``factory`` is a callable or ``"package.module:function"``."""
+    """Adds (or replaces) an estimator: ``factory`` is a callable or
+    ``"package.module:function"``."""
     ESTIMATORS.register(name, factory)
 
 
 def make_estimator(name: str, **options: Any) -> Estimator:
-    """Builds the estimator registered as ``name`` (or a ``"module:factory"`` path) with ``options``.
+    """Builds the estimator registered as ``name`` (or a ``"module:factory"`` path) with
+    ``options``.
 
     Raises:
       ValueError: unknown name (the message lists close matches), or options the factory rejects.

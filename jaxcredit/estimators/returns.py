@@ -2,8 +2,8 @@
 
 Every function is time-major: the first axis of every array is time ``T``, followed by any number of
 batch dimensions (none included). Argument order and meaning follow rlax wherever rlax has the same
-function, so code written against ``jax.vmap(rlax.fn)`` can switch over; unlike rlax, batch dimensions
-need no ``vmap``.
+function, so code written against ``jax.vmap(rlax.fn)`` can switch over; unlike rlax, batch
+dimensions need no ``vmap``.
 
 Indexing follows Sutton & Barto and rlax. For a window s_0 .. s_T of ``T`` transitions:
 
@@ -16,8 +16,8 @@ The linear recursions (discounted sums, λ-returns, GAE, V-trace) all have the a
         x_i = b_i + a_i · x_{i+1},        x_T given,
 
 and are computed either by a reverse ``jax.lax.scan`` (``method="scan"``: O(T) depth, O(T) work) or
-by a reverse ``jax.lax.associative_scan`` over affine maps (``method="associative"``: O(log T) depth,
-about 2x the work). Both give the same numbers up to float rounding.
+by a reverse ``jax.lax.associative_scan`` over affine maps (``method="associative"``: O(log T)
+depth, about 2x the work). Both give the same numbers up to float rounding.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def _reverse_recursion(coefficients, xs, x_final, method: Method) -> Array:
 def _per_step(x: Numeric, like: Array) -> tuple[tuple, Callable]:
     """Splits a scalar-or-[T, *batch] parameter into (scan inputs, getter).
 
-    A scalar (possibly traced, e.g. a swept λ) is closed over rather than broadcast to ``[T, *batch]``,
-    which would cost a full extra array in memory traffic.
+    A scalar (possibly traced, e.g. a swept λ) is closed over rather than broadcast to
+    ``[T, *batch]``, which would cost a full extra array in memory traffic.
     """
     x = jnp.asarray(x, like.dtype)
     if x.ndim == 0:
@@ -154,8 +154,8 @@ def lambda_returns(
 
             G_i = r_i + γ_i [(1 - λ_i) v_i + λ_i G_{i+1}],    G_{T-1} = r_{T-1} + γ_{T-1} v_{T-1}
 
-    where ``v_i`` is the value of s_{i+1}. λ = 1 gives the Monte-Carlo return bootstrapped at the end of
-    the window, λ = 0 the one-step TD target.
+    where ``v_i`` is the value of s_{i+1}. λ = 1 gives the Monte-Carlo return bootstrapped at the
+    end of the window, λ = 0 the one-step TD target.
 
     Args:
         r_t: ``[T, *batch]`` rewards.
@@ -196,8 +196,8 @@ def discounted_returns(
     Args:
         r_t: ``[T, *batch]`` rewards.
         discount_t: ``[T, *batch]`` discounts.
-        v_t: bootstrap value: a scalar, ``[*batch]``, or ``[T, *batch]`` of which only the last step is
-            used (as in rlax).
+        v_t: bootstrap value: a scalar, ``[*batch]``, or ``[T, *batch]`` of which only the last step
+            is used (as in rlax).
         stop_target_gradients: stop gradients flowing through the returns.
         method: "scan", "associative" or None.
 
@@ -222,7 +222,8 @@ def n_step_bootstrapped_returns(
 ) -> Array:
     """Strided n-step returns (rlax.n_step_bootstrapped_returns, time-major).
 
-            G_i^(n) = r_i + γ_i r_{i+1} + ... + γ_i ... γ_{i+n-2} r_{i+n-1} + γ_i ... γ_{i+n-1} v_{i+n-1}
+            G_i^(n) = r_i + γ_i r_{i+1} + ... + γ_i ... γ_{i+n-2} r_{i+n-1}
+                      + γ_i ... γ_{i+n-1} v_{i+n-1}
 
     Near the end of the window the horizon shrinks and the return bootstraps from ``v_{T-1}``. A
     per-step ``lambda_t`` mixes in the bootstrap at intermediate steps exactly as rlax does
@@ -281,9 +282,9 @@ def truncated_generalized_advantage_estimation(
 
             δ_i = r_i + γ_i V(s_{i+1}) - V(s_i),      Â_i = δ_i + γ_i λ_i Â_{i+1},   Â_T = 0
 
-    ``values`` holds V(s_0) .. V(s_T): T+1 entries. A time-out inside the window is bootstrapped from
-    ``values[i+1]``, which after an auto-reset is the *reset* state: use :func:`gae` for windows that
-    contain truncations.
+    ``values`` holds V(s_0) .. V(s_T): T+1 entries. A time-out inside the window is bootstrapped
+    from ``values[i+1]``, which after an auto-reset is the *reset* state: use :func:`gae` for
+    windows that contain truncations.
 
     Args:
         r_t: ``[T, *batch]`` rewards.
@@ -335,10 +336,11 @@ def gae(
             Â_i = δ_i + γ λ (1 - done_i) Â_{i+1},        Â_T = 0
             target_i = Â_i + V(s_i)
 
-    A true terminal contributes no bootstrap; a time-out bootstraps from the value of its final state,
-    never from the reset state (Pardo et al. 2018, "Time Limits in RL", arXiv 1712.00378); and the trace
-    is cut at every episode end, so nothing leaks across episodes inside the window. The targets equal
-    the λ-returns of :func:`lambda_returns` with discount γ(1 - terminated) and λ(1 - truncated).
+    A true terminal contributes no bootstrap; a time-out bootstraps from the value of its final
+    state, never from the reset state (Pardo et al. 2018, "Time Limits in RL", arXiv 1712.00378);
+    and the trace is cut at every episode end, so nothing leaks across episodes inside the window.
+    The targets equal the λ-returns of :func:`lambda_returns` with discount γ(1 - terminated) and
+    λ(1 - truncated).
 
     Args:
         rewards: ``[T, *batch]``.
@@ -385,7 +387,8 @@ def episode_aware_lambda_returns(
 ) -> Array:
     """λ-returns for auto-resetting environments (the value targets of :func:`gae`).
 
-            G_i = r_i + γ (1 - terminated_i) [(1 - λ'_i) V(s'_{i+1}) + λ'_i G_{i+1}],  λ'_i = λ (1 - truncated_i)
+            G_i = r_i + γ (1 - terminated_i) [(1 - λ'_i) V(s'_{i+1}) + λ'_i G_{i+1}],
+            λ'_i = λ (1 - truncated_i)
 
     λ = 1 is the Monte-Carlo return that bootstraps only at time-outs and at the end of the window.
     """
