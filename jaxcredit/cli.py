@@ -432,6 +432,38 @@ def dispatch(argv: list[str]):
     raise UsageError(f"unknown command {command!r}; choose one of {', '.join(SUBCOMMANDS)}")
 
 
+def parse_command(argv: Sequence[str]):
+    """Parses a whole ``jaxcredit ...`` command line without running it (the documented
+    commands are checked this way): the arguments object, and the config for train / sweep."""
+    command, rest = argv[0], list(argv[1:])
+    prog = f"{PROG} {command}"
+    if command in ("train", "sweep"):
+        args = parse(TrainArgs if command == "train" else SweepArgs, rest, prog)
+        if not args.resume:
+            build_config(args)
+            if command == "sweep":
+                sweep_settings(args)
+        return args
+    simple = {"plot": PlotArgs, "list": ListArgs}
+    if command in simple:
+        return parse(simple[command], rest, prog)
+    if command == "run":
+        from jaxcredit.showcase import Args  # noqa: PLC0415
+
+        return parse(Args, rest, prog)
+    if command == "diagnose":
+        from jaxcredit.diagnostics.cli import DiagnoseArgs, config_of  # noqa: PLC0415
+
+        args = parse(DiagnoseArgs, rest, prog)
+        config_of(args)
+        return args
+    if command == "bench":
+        from jaxcredit.bench.cli import BenchArgs  # noqa: PLC0415
+
+        return parse(BenchArgs, rest, prog)
+    raise UsageError(f"unknown command {command!r}; choose one of {', '.join(SUBCOMMANDS)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point: returns 0, or exits non-zero with one line on stderr on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)

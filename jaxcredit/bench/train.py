@@ -42,7 +42,7 @@ from jaxcredit import envs
 from jaxcredit.bench import baseline as baseline_lib
 from jaxcredit.bench import purejaxrl as purejaxrl_lib
 from jaxcredit.bench.timing import Case, compile_case, race
-from jaxcredit.cli import parse_options
+from jaxcredit.cli import Repeatable, flat, parse_options
 from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
 from jaxcredit.estimators import make_estimator
 
@@ -84,7 +84,7 @@ class TrainBench:
     """estimator_fit_steps values of the --estimators race, comma- or space-separated"""
     env: str = PPO_ENV
     """environment of the --estimators race"""
-    env_options: Annotated[tuple[str, ...], tyro.conf.arg(name="env-option")] = ()
+    env_options: Annotated[Repeatable, tyro.conf.arg(name="env-option")] = ()
     """options of that environment (KEY=VALUE, several allowed)"""
     estimator_envs: int = 256
     """envs of the --estimators race"""
@@ -292,7 +292,7 @@ def check(args: TrainBench) -> tuple[dict, tuple[EstimatorSpec, ...], list[int],
     for spec in specs:
         make_estimator(spec.name, **dict(spec.options))  # unknown name or bad option
     fit_steps = parse_fit_steps(args.fit_steps)
-    env_options = parse_options(args.env_options, "--env-option")
+    env_options = parse_options(flat(args.env_options), "--env-option")
     envs.make(args.env, **dict(env_options))  # unknown environment or option
     return hparams, specs, fit_steps, env_options
 

@@ -19,7 +19,7 @@ from typing import Annotated, Optional, Sequence
 
 import tyro
 
-from jaxcredit.cli import field_docs, parse, parse_options
+from jaxcredit.cli import Repeatable, field_docs, flat, parse, parse_options
 from jaxcredit.diagnostics import report
 from jaxcredit.diagnostics.program import DEFAULT_POLICY_SCALE, DiagnoseConfig, diagnose
 from jaxcredit.diagnostics.specs import parse_specs
@@ -42,7 +42,7 @@ class RunOptions:
 
 
 # DiagnoseConfig fields whose flag differs from the field: name, type.
-_FLAGS = {"env_kwargs": ("env-option", tuple[str, ...]), "lambda_": ("lambda", float)}
+_FLAGS = {"env_kwargs": ("env-option", Repeatable), "lambda_": ("lambda", float)}
 
 
 def _arguments() -> type:
@@ -70,7 +70,7 @@ DiagnoseArgs = _arguments()
 def config_of(args) -> DiagnoseConfig:
     """The :class:`DiagnoseConfig` of parsed arguments."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(DiagnoseConfig)}
-    values["env_kwargs"] = parse_options(args.env_kwargs, "--env-option")
+    values["env_kwargs"] = parse_options(flat(args.env_kwargs), "--env-option")
     values["estimators"] = tuple(spec.label for spec in parse_specs(args.estimators))
     return DiagnoseConfig(**values)
 
