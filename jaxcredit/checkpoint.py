@@ -7,7 +7,10 @@ shardings places every shard directly on its device.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
+import signal
+import threading
 from typing import Any
 
 import jax
@@ -35,6 +38,22 @@ def _abstract(template: Any) -> Any:
     return jax.tree.map(leaf, template)
 
 
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Holds SIGINT back inside the block and raises KeyboardInterrupt after it, if one came."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
 class Checkpointer:
     """Saves and restores ``(state, record)`` pairs under ``directory/<step>``.
 
@@ -51,10 +70,17 @@ class Checkpointer:
         )
 
     def save(self, step: int, state: Any, record: dict) -> None:
-        """Writes the checkpoint for ``step`` and waits until it is on disk."""
-        self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(_unwrap_keys(state)), record=ocp.args.JsonSave(record)))
-        self._manager.wait_until_finished()
+        """Writes the checkpoint for ``step`` and waits until it is on disk.
+
+        Ctrl-C during the write is held back until the checkpoint is complete (then raised), so
+        an interrupted run keeps a whole last checkpoint and orbax's writer threads are not cut
+        off halfway (they printed a traceback when they were).
+        """
+        with _sigint_deferred():
+            self._manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(_unwrap_keys(state)),
+                record=ocp.args.JsonSave(record)))
+            self._manager.wait_until_finished()
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()

@@ -113,3 +113,28 @@ def test_unreadable_checkpoint_is_a_clear_error(tmp_path):
         run_experiment(None, None, part, resume=True, progress=False)
     with pytest.raises(ValueError, match="cannot resume"):
         run_experiment(None, None, tmp_path / "nothing", resume=True, progress=False)
+
+
+def test_ctrl_c_during_a_checkpoint_write_waits_for_the_whole_checkpoint(tmp_path, monkeypatch):
+    """SIGINT arriving while orbax writes is raised only after the checkpoint is complete."""
+    import os
+    import signal
+
+    import jax.numpy as jnp
+
+    from jaxcredit.checkpoint import Checkpointer
+
+    checkpointer = Checkpointer(tmp_path / "ckpt")
+    original = checkpointer._manager.save
+
+    def interrupted_save(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the write
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(checkpointer._manager, "save", interrupted_save)
+    with pytest.raises(KeyboardInterrupt):
+        checkpointer.save(3, {"w": jnp.arange(4.0)}, {"update": 3})
+    assert checkpointer.latest_step() == 3
+    restored, record = checkpointer.restore({"w": jnp.zeros(4)})
+    assert record == {"update": 3} and float(restored["w"][3]) == 3.0
+    checkpointer.close()
