@@ -161,3 +161,62 @@ def markdown_table(rows: Sequence[str], columns: Sequence[str], cell: Callable[[
     for row in rows:
         lines.append(f"| {row} | " + " | ".join(cell(row, col) for col in columns) + " |")
     return lines
+
+
+def line_style(label: str) -> str:
+    """Dashed for the exact-model (``oracle``) ablation, dotted for ``1-step``, else solid."""
+    return "--" if "oracle" in label else (":" if "1-step" in label else "-")
+
+
+def plot_curve_panels(path: pathlib.Path, panels: dict, ylabel: str, title: str = "",
+                      hline: float | None = None, cols: int = 3) -> None:
+    """One panel per task of mean learning curves with 95% bootstrap bands over seeds.
+
+    Args:
+      path: the image file to write.
+      panels: ``{panel title: {learner label: (env_steps [P], curves [seeds, P])}}``.
+      ylabel: the metric's name for the y axes.
+      title: a figure title.
+      hline: a reference level drawn in grey on every panel (chance, for example).
+    """
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    from jaxcredit.stats import bootstrap_band  # noqa: PLC0415
+
+    cols = min(cols, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.3 * cols, 3.3 * rows), squeeze=False)
+    for ax, (name, lines) in zip(axes.flat, panels.items()):
+        for label, (steps, values) in lines.items():
+            mean, low, high = bootstrap_band(np.asarray(values))
+            line, = ax.plot(steps, mean, ls=line_style(label), label=label)
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.15, lw=0)
+        if hline is not None:
+            ax.axhline(hline, color="grey", lw=0.8, ls="--")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("env steps per seed")
+        ax.set_ylabel(ylabel)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    list(axes.flat)[0].legend(fontsize=6)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@dataclasses.dataclass
+class OutputArgs:
+    """Where an experiment script writes (the flags every ``experiments/*/run.py`` shares)."""
+
+    out: str | None = None
+    """output folder (default: a new one under runs/experiments/); rerun with the same folder to
+    resume an interrupted experiment"""
+    publish: bool = False
+    """copy the report into the experiment's committed results/ folder"""
+    force: bool = False
+    """with --publish: replace the published report"""

@@ -3,8 +3,8 @@
 Tasks (Harutyunyan et al. 2019, Fig. 2; ``jaxcredit.envs.hca_tasks``): Shortcut, DelayedEffect
 (chain length n, reward noise σ) and AmbiguousBandit. Learners (``jaxcredit.presets``):
 REINFORCE, A2C+GAE, and A2C with the credit of hca_return, hca_state and c2a2c, each with its
-model fitted inside the update, with the exact model of the current policy (``oracle``), and for
-hca_return also fitted the way it was before it had its own optimiser (``1-step``).
+model fitted inside the update, with the exact model of the current policy (``oracle``), and
+fitted the way it was before it had its own optimiser (``1-step``).
 
 Each (task, learner) pair is one engine run: all seeds vmapped in one compiled program, written
 as a run directory. The metric is the task metric ``eval/p_optimal_first_action``, the exact
@@ -41,7 +41,8 @@ from jaxcredit.presets import learner_fields
 HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/p_optimal_first_action"
 ALL_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return oracle", "hca_return 1-step",
-                "hca_state", "hca_state oracle", "c2a2c", "c2a2c oracle")
+                "hca_state", "hca_state oracle", "hca_state 1-step", "c2a2c", "c2a2c oracle",
+                "c2a2c 1-step")
 
 # task label -> (env, env options, num_envs, num_steps)
 TASKS = {
@@ -65,7 +66,7 @@ HPARAMS = dict(lr=3e-3, gamma=1.0, lambda_=0.95, ent_coef=0.003, vf_coef=0.5, ma
 
 
 @dataclasses.dataclass
-class Args:
+class Args(X.OutputArgs):
     """P(optimal first action) on the HCA tasks for each learner (module docstring)."""
 
     size: str = "cpu"
@@ -78,12 +79,6 @@ class Args:
     """learner presets (default: the size's): """ + ", ".join(ALL_LEARNERS)
     updates: Optional[int] = None
     """updates per run (default: the size's)"""
-    out: Optional[str] = None
-    """output folder (default: a new one under runs/experiments/)"""
-    publish: bool = False
-    """copy the report into experiments/hca_tasks/results/"""
-    force: bool = False
-    """with --publish: replace the published report"""
 
 
 def case(task: str, label: str, updates: int) -> X.Case:
@@ -151,35 +146,11 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results,
                                                   "aggregate": agg}, indent=1))
-    plot(out, results, tasks, learners)
+    X.plot_curve_panels(out / "curves.png", {t: {label: (results[f"{t}|{label}"]["env_steps"],
+                                                        results[f"{t}|{label}"]["curve"])
+                                                for label in learners} for t in tasks},
+                        "P(optimal first action)")
     return ["table.md", "results.json", "curves.png"]
-
-
-def plot(out: pathlib.Path, results: dict, tasks, learners) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = min(3, len(tasks))
-    rows = -(-len(tasks) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.3 * cols, 3.3 * rows), squeeze=False)
-    for ax, task in zip(axes.flat, tasks):
-        for label in learners:
-            entry = results[f"{task}|{label}"]
-            mean, low, high = stats.bootstrap_band(np.asarray(entry["curve"]))
-            style = "--" if "oracle" in label else (":" if "1-step" in label else "-")
-            line, = ax.plot(entry["env_steps"], mean, ls=style, label=label)
-            ax.fill_between(entry["env_steps"], low, high, color=line.get_color(), alpha=0.15)
-        ax.set_title(task, fontsize=9)
-        ax.set_xlabel("env steps per seed")
-        ax.set_ylabel("P(optimal first action)")
-    for ax in list(axes.flat)[len(tasks):]:
-        ax.axis("off")
-    list(axes.flat)[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:

@@ -56,7 +56,7 @@ METRICS = ("eval/treasure_rate", "eval/key_rate", "eval/exact_return")
 
 
 @dataclasses.dataclass
-class Args:
+class Args(X.OutputArgs):
     """KeyToDoor treasure rate against L for each learner (module docstring)."""
 
     size: str = "cpu"
@@ -69,12 +69,6 @@ class Args:
     """learner presets (default: the size's): """ + ", ".join(ALL_LEARNERS)
     updates: Optional[int] = None
     """updates per run (default: the size's); each update is 8 whole episodes"""
-    out: Optional[str] = None
-    """output folder (default: a new one under runs/experiments/)"""
-    publish: bool = False
-    """copy the report into experiments/key_to_door/results/"""
-    force: bool = False
-    """with --publish: replace the published report"""
 
 
 def entropy_coef(length: int) -> float:
@@ -176,7 +170,7 @@ def plot(out: pathlib.Path, results: dict, lengths, learners) -> None:
             m, lo, hi = stats.bootstrap_mean_ci(results[f"L{length}/{label}"]
                                                 ["eval/treasure_rate/final"])
             means.append(m), lows.append(m - lo), highs.append(hi - m)
-        style = "--" if "oracle" in label else (":" if "1-step" in label else "-")
+        style = X.line_style(label)
         axes[0].errorbar(np.array(lengths) + (i - len(learners) / 2) * 0.6, means,
                          yerr=[lows, highs], ls=style, marker="o", ms=3, capsize=2, label=label)
     axes[0].axhline(CHANCE, color="grey", lw=0.8, ls="--")
@@ -188,8 +182,7 @@ def plot(out: pathlib.Path, results: dict, lengths, learners) -> None:
         for label in learners:
             entry = results[f"L{length}/{label}"]
             mean, low, high = stats.bootstrap_band(np.asarray(entry["treasure_rate"]))
-            style = "--" if "oracle" in label else (":" if "1-step" in label else "-")
-            line, = ax.plot(entry["env_steps"], mean, ls=style, label=label)
+            line, = ax.plot(entry["env_steps"], mean, ls=X.line_style(label), label=label)
             ax.fill_between(entry["env_steps"], low, high, color=line.get_color(), alpha=0.15)
         ax.axhline(CHANCE, color="grey", lw=0.8, ls="--")
         ax.set_title(f"L = {length}", fontsize=9)
