@@ -163,6 +163,40 @@ def markdown_table(rows: Sequence[str], columns: Sequence[str], cell: Callable[[
     return lines
 
 
+def aggregate_table(scores: dict, baseline: str | None = None, digits: int = 3
+                    ) -> tuple[list[str], dict]:
+    """Cross-seed (and cross-task) summary of each learner, as markdown lines and a dict.
+
+    ``scores``: ``{learner: [seeds, tasks]}`` scores on a common scale. Each learner gets its IQM
+    and mean with rliable's stratified-bootstrap 95% CIs and, when ``baseline`` names one of the
+    learners, P(learner > baseline): the probability that a run of the learner scores higher
+    than a run of the baseline on the same task (rliable's probability of improvement, with
+    its CI). Seeds of two learners are not paired: each learner is its own compiled program.
+    """
+    from jaxcredit import stats  # noqa: PLC0415
+
+    agg = stats.aggregate(scores)
+    columns = ["IQM", "mean"]
+    if baseline is not None:
+        columns.append(f"P(> {baseline})")
+        for label in scores:
+            if label != baseline:
+                p, low, high = stats.probability_of_improvement(scores[label], scores[baseline])
+                agg[label].update(p_improvement=p, p_improvement_low=low,
+                                  p_improvement_high=high)
+    f = f".{digits}f"
+    lines = ["| learner | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for label, a in agg.items():
+        cells = [f"{a['iqm']:{f}} [{a['iqm_low']:{f}}, {a['iqm_high']:{f}}]",
+                 f"{a['mean']:{f}} [{a['mean_low']:{f}}, {a['mean_high']:{f}}]"]
+        if baseline is not None:
+            cells.append("" if label == baseline else
+                         f"{a['p_improvement']:.2f} [{a['p_improvement_low']:.2f}, "
+                         f"{a['p_improvement_high']:.2f}]")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines, agg
+
+
 def line_style(label: str) -> str:
     """Dashed for the exact-model (``oracle``) ablation, dotted for ``1-step``, else solid."""
     return "--" if "oracle" in label else (":" if "1-step" in label else "-")

@@ -49,6 +49,21 @@ def test_aggregate_and_probability_of_improvement_follow_rliable():
     assert stats.aggregate({"x": np.arange(4.0)}, reps=50)["x"]["runs"] == 4
 
 
+def test_aggregate_table_against_a_baseline():
+    """Ties count one half in rliable's P(X > Y): identical scores give exactly 0.5."""
+    from jaxcredit.experiment import aggregate_table
+
+    base = np.array([[0.1], [0.2], [0.3], [0.4]])
+    lines, agg = aggregate_table({"A2C": base, "same": base.copy(), "better": base + 1.0},
+                                 baseline="A2C")
+    assert agg["same"]["p_improvement"] == pytest.approx(0.5)
+    assert agg["better"]["p_improvement"] == pytest.approx(1.0)
+    assert "p_improvement" not in agg["A2C"]
+    assert lines[0] == "| learner | IQM | mean | P(> A2C) |"
+    assert lines[2].startswith("| A2C | 0.250") and lines[2].endswith("|  |")
+    assert lines[4].endswith("| 1.00 [1.00, 1.00] |")
+
+
 def test_forward_fill_and_smooth():
     np.testing.assert_allclose(forward_fill(np.array([np.nan, 1.0, np.nan, 3.0])),
                                [np.nan, 1.0, 1.0, 3.0])

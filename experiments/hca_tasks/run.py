@@ -34,7 +34,6 @@ import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
-from jaxcredit import stats
 from jaxcredit.agents import TrainConfig
 from jaxcredit.presets import learner_fields
 
@@ -135,14 +134,12 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
               if "oracle" not in label and ("hca" in label or "c2a2c" in label)]
     lines += ["### KL(exact ‖ fitted hindsight model), last 3 evaluations", ""]
     lines += X.markdown_table(tasks, fitted, cell("kl", 4)) + [""]
-    agg = stats.aggregate({label: np.stack([results[f"{t}|{label}"]["area"] for t in tasks],
-                                           axis=1) for label in learners})
-    lines += ["### Across tasks: IQM and mean of the area (rliable, stratified bootstrap 95% CI)",
-              "", "| learner | IQM | mean |", "|---|---|---|"]
-    for label in learners:
-        a = agg[label]
-        lines.append(f"| {label} | {a['iqm']:.3f} [{a['iqm_low']:.3f}, {a['iqm_high']:.3f}] | "
-                     f"{a['mean']:.3f} [{a['mean_low']:.3f}, {a['mean_high']:.3f}] |")
+    scores = {label: np.stack([results[f"{t}|{label}"]["area"] for t in tasks], axis=1)
+              for label in learners}
+    table, agg = X.aggregate_table(
+        scores, baseline="A2C+GAE" if "A2C+GAE" in learners else None)
+    lines += ["### Across tasks: the area's IQM and mean (rliable, stratified bootstrap 95% CI), "
+              "and the probability that a run beats A2C+GAE on the same task", ""] + table
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results,
                                                   "aggregate": agg}, indent=1))

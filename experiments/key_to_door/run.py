@@ -140,14 +140,12 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     lines += ["### KL(exact ‖ learned hindsight model), mean over the last 4 evaluations", ""]
     lines += X.markdown_table(rows, [label for label in learners if "oracle" not in label and (
         "hca" in label or "c2a2c" in label)], cell("estimator/kl_to_exact/final", 4), "") + [""]
-    agg = stats.aggregate({label: np.stack([results[f"L{L}/{label}"]["eval/treasure_rate/final"]
-                                            for L in lengths], axis=1) for label in learners})
-    lines += ["### Across lengths: IQM and mean of the final rate (rliable, stratified bootstrap "
-              "95% CI)", "", "| learner | IQM | mean |", "|---|---|---|"]
-    for label in learners:
-        a = agg[label]
-        lines.append(f"| {label} | {a['iqm']:.3f} [{a['iqm_low']:.3f}, {a['iqm_high']:.3f}] | "
-                     f"{a['mean']:.3f} [{a['mean_low']:.3f}, {a['mean_high']:.3f}] |")
+    scores = {label: np.stack([results[f"L{L}/{label}"]["eval/treasure_rate/final"]
+                               for L in lengths], axis=1) for label in learners}
+    table, agg = X.aggregate_table(
+        scores, baseline="A2C+GAE" if "A2C+GAE" in learners else None)
+    lines += ["### Across lengths: the final rate's IQM and mean (rliable, stratified bootstrap "
+              "95% CI), and the probability that a run beats A2C+GAE at the same L", ""] + table
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results,
                                                   "aggregate": agg}, indent=1))

@@ -30,9 +30,11 @@ import sys
 import time
 from typing import Optional
 
+import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
+from jaxcredit import stats
 from jaxcredit.agents import TrainConfig
 from jaxcredit.presets import learner_fields
 
@@ -113,6 +115,19 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
              "env steps per seed; mean ± 95% CI (Student t) over seeds.", "",
              "### Final evaluation return (mean of the last 2 evaluations, 16 episodes each)", ""]
     lines += X.markdown_table(tasks, learners, cell("final")) + [""]
+    if "A2C+GAE" in learners:
+        def improvement(task, learner):
+            if learner == "A2C+GAE":
+                return ""
+            p, low, high = stats.probability_of_improvement(
+                np.asarray(results[f"{task}|{learner}"]["final"]),
+                np.asarray(results[f"{task}|A2C+GAE"]["final"]))
+            results[f"{task}|{learner}"]["p_improvement"] = [p, low, high]
+            return f"{p:.2f} [{low:.2f}, {high:.2f}]"
+        lines += ["### P(final return > A2C+GAE's) (rliable's probability of improvement, "
+                  "stratified bootstrap 95% CI)", ""]
+        lines += X.markdown_table(tasks, [label for label in learners if label != "A2C+GAE"],
+                                  improvement) + [""]
     gated = [label for label in learners if "c2a2c" in label]
     lines += ["### Fraction of the gate open (mean over the last 50 updates)", ""]
     lines += X.markdown_table(tasks, gated, cell("gate_open", 3)) + [""]
