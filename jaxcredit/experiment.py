@@ -16,6 +16,7 @@ Outputs never overwrite results: by default an experiment writes into a new fold
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import shutil
 import time
@@ -60,11 +61,15 @@ def is_complete(run_dir: pathlib.Path) -> bool:
     return bool(rows) and int(rows["update"].max()) == int(saved["num_updates"])
 
 
+TIMING_FILE = "case_seconds.json"  # wall clock of a case's training, compile included
+
+
 def run_cases(cases: Sequence[Case], out: pathlib.Path, num_seeds: int, seed: int = 0,
               num_chunks: int = 4, progress: bool = False,
               log: Callable[[str], Any] = print) -> dict[str, dict]:
     """Trains every case into ``out/<case.name>`` (skipping complete runs, resuming partial
-    ones) and returns ``{case.name: {"seconds", "summary"}}``."""
+    ones) and returns ``{case.name: {"seconds", "summary"}}`` (a skipped run's seconds are those
+    it took when it was trained, ``None`` if unknown)."""
     out = pathlib.Path(out)
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
@@ -75,7 +80,10 @@ def run_cases(cases: Sequence[Case], out: pathlib.Path, num_seeds: int, seed: in
         start = time.perf_counter()
         if is_complete(run_dir):
             log(f"[{i + 1}/{len(cases)}] {case.name}: complete, skipped")
-            done[case.name] = {"seconds": 0.0, "summary": None}
+            # A report rebuilt from finished runs keeps the time they took to train.
+            timing = run_dir / TIMING_FILE
+            seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else None
+            done[case.name] = {"seconds": seconds, "summary": None}
             continue
         resume = (run_dir / "config.json").exists()
         spec = RunSpec(settings=tuple(case.settings), num_seeds=num_seeds, seed=seed,
@@ -84,6 +92,8 @@ def run_cases(cases: Sequence[Case], out: pathlib.Path, num_seeds: int, seed: in
         summary = run_experiment(None if resume else case.config, None if resume else spec,
                                  run_dir, resume=resume, progress=progress, plot=False)
         seconds = time.perf_counter() - start
+        (run_dir / TIMING_FILE).write_text(json.dumps(
+            {"seconds": seconds, "compile_seconds": summary["compile_seconds"]}))
         log(f"[{i + 1}/{len(cases)}] {case.name}: {seconds:.0f} s "
             f"(compile {summary['compile_seconds']:.0f} s), final {summary['metric']} "
             f"{summary['final_return']:.4g}")

@@ -177,6 +177,7 @@ def main(argv=None) -> int:
             "learners": list(learners), "hparams": HPARAMS,
             "shapes": {t: TASKS[t][2:] for t in tasks},
             "seconds": {k: v["seconds"] for k, v in timings.items()},
+            "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
             "wall_seconds": time.time() - start,
             "command": "python experiments/hca_tasks/run.py " + " ".join(
                 sys.argv[1:] if argv is None else argv)}

@@ -216,6 +216,7 @@ def main(argv=None) -> int:
             "learners": list(learners), "num_envs": NUM_ENVS,
             "hparams": {c.name: c.settings[0] for c in cases},
             "seconds": {k: v["seconds"] for k, v in timings.items()},
+            "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
             "wall_seconds": time.time() - start,
             "command": "python experiments/key_to_door/run.py " + " ".join(
                 sys.argv[1:] if argv is None else argv)}

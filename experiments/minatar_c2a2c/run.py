@@ -167,6 +167,7 @@ def main(argv=None) -> int:
             "variants": list(variants), "learners": list(learners), "hparams": HPARAMS,
             "num_envs": NUM_ENVS, "num_steps": NUM_STEPS, "hidden": list(size["hidden"]),
             "seconds": {k: v["seconds"] for k, v in timings.items()},
+            "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
             "wall_seconds": time.time() - start,
             "command": "python experiments/minatar_c2a2c/run.py " + " ".join(
                 sys.argv[1:] if argv is None else argv)}
