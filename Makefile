@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # Stamp files so that a changed pyproject.toml reinstalls.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[experiments]"
+	$(BIN)/python -m pip install --quiet -e ".[experiments,notebooks]"
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python

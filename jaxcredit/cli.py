@@ -9,7 +9,7 @@
     jaxcredit sweep --random lr=1e-5:1e-2:log ent-coef=0:0.05 --num-samples 16 --out runs/rs
     jaxcredit plot runs/x runs/grid [--metric eval/return] [--out overlay.png]
     jaxcredit list envs|estimators|objectives|relabellers|redistributors|algos
-    jaxcredit run                  # the credit-assignment showcase (a few minutes on 2 cores)
+    jaxcredit run                  # the credit-assignment showcase (under 3 minutes on 2 cores)
     jaxcredit bench train|estimators [...]
     jaxcredit diagnose [...]
 
@@ -288,6 +288,11 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     config = build_config(args)
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
+    steps = config.num_updates * config.steps_per_update
+    if steps != config.total_timesteps:  # whole updates only: say so rather than round silently
+        print(f"note: --total-timesteps {config.total_timesteps:g} runs as {config.num_updates} "
+              f"updates × {config.steps_per_update} env steps = {steps} steps per seed",
+              file=sys.stderr)
     spec = RunSpec(settings=tuple(settings or [base_hparams(args)]), num_seeds=args.num_seeds,
                    seed=args.seed, num_chunks=args.num_chunks, swept=tuple(swept))
     return _report(run_experiment(config, spec, args.out or _default_out(config),

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 from typing import Any, Callable, Union
 
 Factory = Union[str, Callable[..., Any]]
@@ -58,7 +60,7 @@ class Registry:
             return target
         module_name, factory_name = target.split(":", 1)
         try:
-            module = importlib.import_module(module_name)
+            module = import_user_module(module_name)
         except ImportError as err:
             raise ValueError(f"{self.kind} {name!r}: cannot import {module_name!r}: {err}") \
                 from None
@@ -73,3 +75,17 @@ class Registry:
             return factory(**options)
         except TypeError as err:
             raise ValueError(f"{self.kind} {name!r}: bad options {options}: {err}") from None
+
+
+def import_user_module(name: str):
+    """``importlib.import_module``, also finding modules in the current directory, as
+    ``python -m`` does: a ``my_est:td0`` path given on the command line names a file next to
+    the user, and the installed ``jaxcredit`` script's ``sys.path`` does not hold it."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        cwd = os.getcwd()
+        if cwd in sys.path or err.name != name.split(".")[0]:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(name)

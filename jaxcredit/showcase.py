@@ -1,4 +1,4 @@
-"""``jaxcredit run``: credit assignment in a few minutes on a laptop CPU.
+"""``jaxcredit run``: credit assignment in under three minutes on a 2-core CPU.
 
 On DelayedEffect (Harutyunyan et al. 2019: the first action decides a reward paid n steps later,
 with noise in between; ``jaxcredit.envs.hca_tasks``) the showcase
@@ -35,7 +35,9 @@ LEARNERS = ("A2C+GAE", "hca_return")
 
 @dataclasses.dataclass
 class Args:
-    """The credit-assignment showcase (module docstring)."""
+    """The credit-assignment showcase on DelayedEffect: each estimator's gradient against the
+    exact one at the uniform policy, then A2C+GAE against A2C with fitted return hindsight over
+    many seeds, written to one directory (under three minutes on a 2-core CPU)."""
 
     out: str = "runs/showcase"
     """output directory (an existing one is moved aside to <out>.old-<time>)"""

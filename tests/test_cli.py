@@ -112,6 +112,8 @@ def test_console_script_error_has_no_traceback(tmp_path):
     (["bench", "estimators", "--estimators", "gae,hca_retrun"], "unknown estimator(s) hca_retrun"),
     (["bench", "estimators", "--gamma", "-0.5"], "gamma must lie in [0, 1], got -0.5"),
     (["bench", "fly"], "unknown benchmark 'fly'"),
+    (["run", "--n", "-3"], "need n >= 1"),
+    (["run", "--seeds", "1"], "seeds >= 2"),
 ])
 def test_bench_and_diagnose_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path,
                                                              monkeypatch):
@@ -135,3 +137,35 @@ def test_bench_and_diagnose_help_exits_0(argv, expected, capsys):
         cli.main(argv)
     assert exit_.value.code == 0
     assert expected in capsys.readouterr().out
+
+
+def test_rounded_budget_and_moved_run_are_said(tmp_path, capsys):
+    """A budget that is not whole updates is rounded down with a note, and --force says where
+    the previous run went."""
+    out = tmp_path / "x"
+    argv = ["train", *TINY[:-5], "--total-timesteps", "500", "--hidden-sizes", "16",
+            "--num-chunks", "1", "--no-progress", "--out", str(out)]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "--total-timesteps 500 runs as 7 updates × 64 env steps = 448 steps" in err
+    assert cli.main(argv + ["--force"]) == 0
+    err = capsys.readouterr().err
+    assert f"moved the previous run in {out} to {out}.old-" in err
+    assert len(list(tmp_path.glob("x.old-*"))) == 1
+
+
+def test_module_factory_paths_load_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    """``--estimator my_est:td0`` and ``--env my_env:Arms`` name files next to the user."""
+    (tmp_path / "my_est.py").write_text(
+        "from jaxcredit.estimators.classic import gae\n"
+        "def td0(**options):\n    return gae(**options)\n")
+    (tmp_path / "my_env.py").write_text(
+        "from jaxcredit.envs.hca_tasks import AmbiguousBandit as Arms\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert cli.main(["train", *TINY, "--estimator", "my_est:td0", "--env", "my_env:Arms",
+                     "--out", str(tmp_path / "run")]) == 0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["config"]["estimator"] == "my_est:td0"
+    code, err = run_cli(["train", *TINY, "--estimator", "no_such_module:td0"], capsys)
+    assert code == 2 and "cannot import 'no_such_module'" in err

@@ -1,8 +1,9 @@
 """Every command the documentation shows still parses: ``jaxcredit ...`` lines in the README, the
-docs and the experiment READMEs (with their config checks, without running them), and the
-experiment scripts' ``python experiments/.../run.py ...`` lines."""
+docs, the experiment READMEs and the notebooks (with their config checks, without running them),
+and the experiment scripts' ``python experiments/.../run.py ...`` lines."""
 
 import importlib.util
+import json
 import pathlib
 import re
 import shlex
@@ -15,7 +16,8 @@ from jaxcredit import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-             *sorted((ROOT / "experiments").glob("**/README.md"))]
+             *sorted((ROOT / "experiments").glob("**/README.md")),
+             *sorted((ROOT / "notebooks").glob("*.ipynb"))]
 
 
 def _commands(text: str) -> list[str]:
@@ -44,8 +46,16 @@ def _commands(text: str) -> list[str]:
     return [c.split(" | ")[0].split("  #")[0].split(" # ")[0].strip() for c in out]
 
 
+def _text(doc: pathlib.Path) -> str:
+    """A document's text; a notebook's is its cells' sources."""
+    if doc.suffix == ".ipynb":
+        cells = json.loads(doc.read_text())["cells"]
+        return "\n".join("".join(cell["source"]) for cell in cells)
+    return doc.read_text()
+
+
 COMMANDS = sorted({(doc.relative_to(ROOT).as_posix(), c) for doc in DOCUMENTS
-                   for c in _commands(doc.read_text())})
+                   for c in _commands(_text(doc))})
 
 
 def test_the_documents_show_commands():

@@ -399,3 +399,13 @@ def test_wrapped_state_index_and_tabular_mdp():
     assert env.num_actions == 4  # everything else is still forwarded
     cartpole, _ = envs.make("CartPole-v1")
     assert not hasattr(EpisodeStats(cartpole), "state_index")
+
+
+def test_options_fill_in_every_default():
+    """Headers print the whole task: constructor defaults and params, after the given options."""
+    from jaxcredit.envs.registry import options
+
+    assert options("DelayedEffect", n=5) == {"n": 5, "sigma": pytest.approx(0.1),
+                                             "final_reward": 1.0}
+    assert options("DelayedReward-DelayedEffect", sigma=1.0)["sigma"] == 1.0
+    assert options("AmbiguousBandit")["epsilon"] == pytest.approx(0.1)

@@ -29,6 +29,7 @@ import datetime
 import functools
 import math
 import pathlib
+import sys
 import time
 from typing import Any
 
@@ -147,7 +148,9 @@ def prepare_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
             raise ValueError(f"{out} already exists; pass --resume to continue it or --force to "
                              "start over (the old directory is moved aside, not deleted)")
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        out.rename(out.with_name(f"{out.name}.old-{stamp}"))
+        aside = out.with_name(f"{out.name}.old-{stamp}")
+        out.rename(aside)
+        print(f"moved the previous run in {out} to {aside}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
 
 

@@ -21,6 +21,7 @@ import tyro
 
 from jaxcredit.cli import Repeatable, field_docs, flat, parse, parse_options
 from jaxcredit.diagnostics import report
+from jaxcredit.envs.registry import options as env_options
 from jaxcredit.diagnostics.program import DEFAULT_POLICY_SCALE, DiagnoseConfig, diagnose
 from jaxcredit.diagnostics.specs import parse_specs
 
@@ -82,7 +83,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         raise ValueError(f"policy_scale must be >= 0, got {args.policy_scale}")
     config = config_of(args)
     results = diagnose(config, seed=args.seed, policy_scale=args.policy_scale)
-    options = " ".join(f"{k}={v}" for k, v in config.env_kwargs)
+    # Every option of the task, defaults included, so the header says what was run.
+    options = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in env_options(config.env, **dict(config.env_kwargs)).items())
     title = (f"{config.env} {options} γ={config.gamma:g} λ={config.lambda_:g} "
              f"hindsight={config.hindsight} M={config.num_trajectories} "
              f"policy_scale={args.policy_scale:g}").replace("  ", " ")

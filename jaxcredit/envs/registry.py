@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import inspect
 from typing import Any
 
@@ -28,6 +27,7 @@ import gymnax
 from gymnax import registration as gymnax_registration
 
 from jaxcredit.envs.wrappers import DelayedReward
+from jaxcredit.registry import import_user_module
 
 DELAYED_PREFIX = "DelayedReward-"
 
@@ -76,7 +76,7 @@ def _unknown(name: str) -> ValueError:
 def _load(target: str):
     module_name, attr = target.split(":", 1)
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name)
     except ModuleNotFoundError as error:
         raise ValueError(f"Environment module {module_name} is not available: {error}") from None
     if not hasattr(module, attr):
@@ -155,3 +155,27 @@ def make(name: str, **kwargs) -> tuple[Any, Any]:
         init_keys = _constructor_keys(factory) or set()
         return env, _apply_params(name, env, init_keys, rest)
     raise _unknown(name)
+
+
+def options(name: str, **kwargs) -> dict[str, Any]:
+    """Every option of an environment with its value: the constructor's arguments (defaults
+    filled in) and the scalar fields of its params, after ``kwargs``. For headers that must say
+    which task was run when the user gave only some of its options."""
+    base = name[len(DELAYED_PREFIX):] if name.startswith(DELAYED_PREFIX) else name
+    env, params = make(name, **kwargs)
+    values: dict[str, Any] = {}
+    if base in _JAXCREDIT_ENVS or (":" in base and base not in gymnax.registered_envs):
+        entry = _JAXCREDIT_ENVS.get(base, _Entry(base))
+        try:
+            signature = inspect.signature(_load(entry.target)).parameters.values()
+        except (TypeError, ValueError):
+            signature = ()
+        fixed = dict(entry.defaults)
+        for p in signature:
+            if p.name not in fixed and p.default is not inspect.Parameter.empty:
+                values[p.name] = kwargs.get(p.name, p.default)
+    for field in getattr(params, "__dataclass_fields__", {}):
+        value = getattr(params, field)
+        if field != "max_steps_in_episode" and isinstance(value, (bool, int, float)):
+            values[field] = value
+    return values
