@@ -267,6 +267,24 @@ def test_chunked_run_equals_whole_run():
     chex.assert_trees_all_equal(whole[0].agent.params, state.agent.params)
 
 
+def test_blocked_scan_without_evaluation_equals_one_flat_scan():
+    """With no evaluation the updates run as a scan of SCAN_BLOCK-update scans (for speed): two
+    whole blocks and a partial one give the numbers of one flat scan, bit for bit."""
+    from jaxcredit.agents.train import SCAN_BLOCK
+
+    updates = 2 * SCAN_BLOCK + 3
+    engine = make_engine(TrainConfig(algo="a2c", **{**TINY, "total_timesteps": 64 * updates},
+                                     eval_every=0))
+    hparams = Hparams.create()
+    state = engine.init(jax.random.key(2))
+    blocked = jax.jit(lambda s: engine.run(s, hparams, updates))(state)
+    flat = jax.jit(lambda s: jax.lax.scan(lambda c, _: engine.update_step(c, hparams), s, None,
+                                          updates))(state)
+    chex.assert_trees_all_equal(blocked[1], flat[1])
+    chex.assert_trees_all_equal(blocked[0].agent.params, flat[0].agent.params)
+    assert blocked[1]["loss"].shape == (updates,)
+
+
 def test_learned_all_action_estimator_is_trained_in_the_same_step():
     """PPO with all-action return-HCA: [T, N, A] credit reaches the clipped all-action loss, and
     the hindsight model's parameters move under its own loss."""

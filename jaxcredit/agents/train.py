@@ -105,34 +105,44 @@ class Engine:
 
         Updates run in blocks of ``eval_every``, each ending with an evaluation whose metrics
         sit at the block's last update (NaN elsewhere); a final partial block is evaluated too.
+        Without evaluation the blocks are ``SCAN_BLOCK`` updates long (speed only: the numbers
+        are those of one flat scan).
         Evaluation points count from ``state`` (the host loop starts chunks on block ends).
         """
         every = self.config.eval_every
         scan_updates = lambda s, n: jax.lax.scan(  # noqa: E731
             lambda c, _: self.update_step(c, hparams), s, None, n)
-        if not every:
-            return scan_updates(state, num_updates)
 
         def evaluated(state, length):
             state, metrics = scan_updates(state, length)
-            for name, value in self.evaluate(state, hparams).items():
-                metrics[name] = jnp.full((length,), jnp.nan, jnp.float32).at[-1].set(value)
+            if every:
+                for name, value in self.evaluate(state, hparams).items():
+                    metrics[name] = jnp.full((length,), jnp.nan, jnp.float32).at[-1].set(value)
             return state, metrics
 
-        blocks, rest = divmod(num_updates, every)
+        # Without evaluation the updates still run as a scan of scans: on XLA:CPU that measured
+        # 21-26% faster than one flat scan of all updates, with identical numbers
+        # (docs/engine.md, "Speed").
+        block = every or SCAN_BLOCK
+        blocks, rest = divmod(num_updates, block)
         parts = []
         if blocks:
-            state, metrics = jax.lax.scan(lambda s, _: evaluated(s, every), state, None, blocks)
-            parts.append(jax.tree.map(lambda x: x.reshape((blocks * every,) + x.shape[2:]),
+            state, metrics = jax.lax.scan(lambda s, _: evaluated(s, block), state, None, blocks)
+            parts.append(jax.tree.map(lambda x: x.reshape((blocks * block,) + x.shape[2:]),
                                       metrics))
         if rest:
             state, metrics = evaluated(state, rest)
             parts.append(metrics)
+        if len(parts) == 1:
+            return state, parts[0]
         return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
     def train(self, key: Array, hparams: Hparams) -> tuple[TrainState, Metrics]:
         """A whole run from a key: ``(final_state, metrics [num_updates])``."""
         return self.run(self.init(key), hparams, self.config.num_updates)
+
+
+SCAN_BLOCK = 16  # updates per inner scan of a run without evaluation (Engine.run)
 
 
 def _strong(x: Array) -> Array:
