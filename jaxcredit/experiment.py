@@ -227,6 +227,7 @@ def plot_curve_panels(path: pathlib.Path, panels: dict, ylabel: str, title: str 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.ticker import EngFormatter  # noqa: PLC0415
 
     from jaxcredit.stats import bootstrap_band  # noqa: PLC0415
 
@@ -241,6 +242,7 @@ def plot_curve_panels(path: pathlib.Path, panels: dict, ylabel: str, title: str 
         if hline is not None:
             ax.axhline(hline, color="grey", lw=0.8, ls="--")
         ax.set_title(name, fontsize=9)
+        ax.xaxis.set_major_formatter(EngFormatter())  # 200k, not 200000 running into 175000
         ax.set_xlabel("env steps per seed")
         ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(panels):]:
