@@ -62,7 +62,7 @@ def gradients(args: Args, out: pathlib.Path) -> str:
     config = D.DiagnoseConfig(
         env="DelayedEffect", env_kwargs=(("n", args.n), ("sigma", args.sigma)),
         estimators=("reinforce", "gae", "hca_return", "hca_return:form=all_action",
-                    "hca_state:condition_on_reward=true"),
+                    "c2a2c"),
         num_trajectories=args.gradient_episodes, gamma=1.0, lambda_=0.95)
     results = D.diagnose(config, seed=0, policy_scale=0.0)
     lines = [f"Gradient quality on DelayedEffect n={args.n} σ={args.sigma:g} at the uniform "
