@@ -313,6 +313,17 @@ def test_bitflip_random_and_optimal():
                                   -(distance - 1.0))
 
 
+@pytest.mark.parametrize("n, documented", [(5, -4.587), (10, -9.948)])
+def test_bitflip_random_return_matches_docs(n, documented):
+    """docs/envs.md's Monte-Carlo random returns (20 000 episodes): within 4 standard errors."""
+    env = BitFlip(n=n)
+    _, traj = rollout(EpisodeStats(env), env.default_params, random_policy(n), 20_000, n, seed=3)
+    first = np.argmax(traj["episode_done"], axis=0)
+    returns = traj["episode_return"][first, np.arange(20_000)]
+    assert traj["episode_done"].any(axis=0).all()  # every episode ends within n steps
+    assert abs(returns.mean() - documented) < 4 * returns.std() / np.sqrt(20_000) + 1e-3
+
+
 # --------------------------------------------------------------------------------------------
 # Wrappers
 # --------------------------------------------------------------------------------------------
