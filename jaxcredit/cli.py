@@ -288,16 +288,17 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     config = build_config(args)
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
-    steps = config.num_updates * config.steps_per_update
-    if steps != config.total_timesteps:  # whole updates only: say so rather than round silently
-        print(f"note: --total-timesteps {config.total_timesteps:g} runs as {config.num_updates} "
-              f"updates × {config.steps_per_update} env steps = {steps} steps per seed",
-              file=sys.stderr)
     spec = RunSpec(settings=tuple(settings or [base_hparams(args)]), num_seeds=args.num_seeds,
                    seed=args.seed, num_chunks=args.num_chunks, swept=tuple(swept))
-    return _report(run_experiment(config, spec, args.out or _default_out(config),
-                                  force=args.force, progress=args.progress,
-                                  max_chunks=args.stop_after_chunks, loggers=flat(args.logger)))
+    summary = _report(run_experiment(config, spec, args.out or _default_out(config),
+                                     force=args.force, progress=args.progress,
+                                     max_chunks=args.stop_after_chunks, loggers=flat(args.logger)))
+    steps = config.num_updates * config.steps_per_update
+    if steps != config.total_timesteps:  # whole updates only: say so rather than round silently
+        print(f"note: --total-timesteps {config.total_timesteps:g} ran as {config.num_updates} "
+              f"updates × {config.steps_per_update} env steps = {steps} steps per seed",
+              file=sys.stderr)
+    return summary
 
 
 def _changed_config_flags(args) -> list[str]:

@@ -147,7 +147,7 @@ def test_rounded_budget_and_moved_run_are_said(tmp_path, capsys):
             "--num-chunks", "1", "--no-progress", "--out", str(out)]
     assert cli.main(argv) == 0
     err = capsys.readouterr().err
-    assert "--total-timesteps 500 runs as 7 updates × 64 env steps = 448 steps" in err
+    assert "--total-timesteps 500 ran as 7 updates × 64 env steps = 448 steps" in err
     assert cli.main(argv + ["--force"]) == 0
     err = capsys.readouterr().err
     assert f"moved the previous run in {out} to {out}.old-" in err
