@@ -122,7 +122,7 @@ class Engine:
 
         # Without evaluation the updates still run as a scan of scans: on XLA:CPU that measured
         # 21-26% faster than one flat scan of all updates, with identical numbers
-        # (docs/engine.md, "Speed").
+        # (docs/engine.md, "Blocks of updates").
         block = every or SCAN_BLOCK
         blocks, rest = divmod(num_updates, block)
         parts = []
