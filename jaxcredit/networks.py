@@ -93,3 +93,28 @@ class ActorCritic(nn.Module):
 
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         return self.policy(obs), self.value(obs)
+
+
+class QNetwork(nn.Module):
+    """Action values Q(s, ·) from an MLP; optionally the dueling head of Wang et al. (2016),
+    Q(s, a) = V(s) + A(s, a) − mean_a' A(s, a'), with separate value and advantage layers on a
+    shared torso. ``apply(params, obs)`` returns ``[..., A]``."""
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    dueling: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        if not self.dueling:
+            return MLP(self.hidden_sizes, self.num_actions, self.activation, 1.0,
+                       self.obs_ndim)(obs)
+        torso = self.hidden_sizes[:-1]
+        width = self.hidden_sizes[-1]
+        features = MLP(torso, width, self.activation, np.sqrt(2.0), self.obs_ndim)(obs)
+        features = activation_fn(self.activation)(features)
+        value = MLP((), 1, self.activation, 1.0, 1)(features)
+        advantage = MLP((), self.num_actions, self.activation, 1.0, 1)(features)
+        return value + advantage - advantage.mean(axis=-1, keepdims=True)

@@ -309,7 +309,7 @@ def test_learned_all_action_estimator_is_trained_in_the_same_step():
 
 def test_bad_configs_raise_one_line_value_errors():
     bad = [
-        (dict(algo="dqn"), "unknown algo"),
+        (dict(algo="sac"), "unknown algo"),
         (dict(num_envs=0), "num_envs must be a positive integer"),
         (dict(num_envs=1, num_steps=6), "not divisible by num_minibatches"),
         (dict(algo="a2c", num_envs=6, estimator_fit_minibatches=4),

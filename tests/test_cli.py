@@ -22,7 +22,7 @@ def run_cli(argv, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["train", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-    (["train", "--algo", "dqn"], "unknown algo 'dqn'"),
+    (["train", "--algo", "sac"], "unknown algo 'sac'"),
     (["train", "--estimator", "magic"], "unknown estimator 'magic'"),
     (["train", "--lambda", "1.5"], "lambda must lie in [0, 1]"),
     (["train", "--gamma", "-0.1"], "gamma must lie in [0, 1]"),

@@ -32,13 +32,23 @@ from jaxcredit.networks import activation_fn
 # Presets: what `algo` fills in for the fields left as None.
 ALGO_PRESETS = {
     "ppo": dict(objective="ppo", estimator="gae", update_epochs=4, num_minibatches=4,
-                critic=True, normalize_advantage=True, clip_value_loss=True),
+                critic=True, normalize_advantage=True, clip_value_loss=True, num_steps=128,
+                anneal_lr=True),
     "a2c": dict(objective="pg", estimator="gae", update_epochs=1, num_minibatches=1,
-                critic=True, normalize_advantage=False, clip_value_loss=False),
+                critic=True, normalize_advantage=False, clip_value_loss=False, num_steps=128,
+                anneal_lr=True),
     # REINFORCE: the Monte-Carlo return (bootstrapped only at time-outs), no critic, no baseline.
     "reinforce": dict(objective="pg", estimator="mc", update_epochs=1, num_minibatches=1,
-                      critic=False, normalize_advantage=False, clip_value_loss=False),
+                      critic=False, normalize_advantage=False, clip_value_loss=False,
+                      num_steps=128, anneal_lr=True),
+    # DQN (off-policy engine, jaxcredit.agents.dqn): one env step per update, replay, a Q-learning
+    # target. `estimator` names the target: double_q (Double DQN) or q_learning (DQN).
+    "dqn": dict(estimator="double_q", update_epochs=1,
+                num_minibatches=1, critic=False, normalize_advantage=False,
+                clip_value_loss=False, num_steps=1, anneal_lr=False),
 }
+OFF_POLICY_ALGOS = ("dqn",)
+Q_TARGETS = ("double_q", "q_learning")
 ALGOS = tuple(ALGO_PRESETS)
 
 # Evaluations per run when `eval_every` is left as None.
@@ -59,12 +69,13 @@ class TrainConfig:
     """What fixes the compiled program (see module docstring)."""
 
     algo: str = "ppo"
-    """preset: ppo | a2c | reinforce (fills the fields below that are left unset)"""
+    """preset: ppo | a2c | reinforce | dqn (fills the fields below that are left unset)"""
     objective: Optional[str] = None
     """objective stage: pg | ppo | module:factory (default: the algo's)"""
     estimator: Optional[str] = None
     """estimate stage: gae, mc, nstep, lambda_returns, hca_return, hca_state, c2a2c, or
-    module:factory (default: gae, or mc for reinforce)"""
+    module:factory (default: gae, or mc for reinforce); for dqn the Q target: double_q |
+    q_learning"""
     estimator_options: Options = ()
     """options of the estimator, e.g. n=10 or model=oracle"""
     relabel: Optional[str] = None
@@ -81,8 +92,8 @@ class TrainConfig:
     """environment options, e.g. n=10 or sigma=1"""
     num_envs: int = 4
     """parallel environments N per run"""
-    num_steps: int = 128
-    """rollout length T per update"""
+    num_steps: Optional[int] = None
+    """rollout length T per update (default: 128; 1 for dqn)"""
     total_timesteps: int = 500_000
     """env steps per run; the run does total_timesteps // (N·T) updates"""
     update_epochs: Optional[int] = None
@@ -93,8 +104,8 @@ class TrainConfig:
     """widths of the actor's and the critic's MLP towers"""
     activation: str = "tanh"
     """tanh | relu | gelu | silu"""
-    anneal_lr: bool = True
-    """decay the agent's learning rate linearly to 0 over the run"""
+    anneal_lr: Optional[bool] = None
+    """decay the agent's learning rate linearly to 0 over the run (default: on; off for dqn)"""
     critic: Optional[bool] = None
     """learn V (default: False for reinforce); without a critic value = next_value = 0"""
     normalize_advantage: Optional[bool] = None
@@ -117,6 +128,22 @@ class TrainConfig:
     """fit on the fresh window plus this many − 1 earlier ones"""
     redistribute_anneal_lr: bool = False
     """decay the redistributor's learning rate linearly to 0 over the run"""
+    buffer_size: int = 100_000
+    """dqn: replay capacity in transitions, split evenly over the N environments"""
+    batch_size: int = 128
+    """dqn: sampled transitions per gradient step"""
+    learning_starts: int = 1_000
+    """dqn: env steps collected before the first gradient step"""
+    gradient_steps: int = 1
+    """dqn: gradient steps per update"""
+    target_update_every: int = 50
+    """dqn: updates between target-network updates (a copy for tau = 1, else Polyak)"""
+    n_step: int = 1
+    """dqn: n of the n-step Q target (episode-aware: stops at every episode end)"""
+    dueling: bool = False
+    """dqn: dueling Q head, Q = V + A − mean A (Wang et al. 2016)"""
+    huber: bool = False
+    """dqn: Huber loss on the TD error instead of the squared error"""
     eval_every: Optional[int] = None
     """evaluate every this many updates (default: 20 evaluations per run; 0: never)"""
     eval_episodes: int = 16
@@ -145,7 +172,8 @@ class TrainConfig:
     def validate(self) -> None:
         """Raises ValueError with a one-line message on an inconsistent config."""
         for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs",
-                     "num_minibatches", "eval_episodes"):
+                     "num_minibatches", "eval_episodes", "buffer_size", "batch_size",
+                     "gradient_steps", "target_update_every", "n_step"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, np.integer)) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -157,6 +185,24 @@ class TrainConfig:
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}")
         activation_fn(self.activation)  # raises on an unknown name
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be non-negative, got {self.learning_starts}")
+        if self.algo in OFF_POLICY_ALGOS:
+            if self.estimator not in Q_TARGETS:
+                raise ValueError(f"--algo {self.algo} learns Q by a Q-learning target; choose "
+                                 f"--estimator {' or '.join(Q_TARGETS)}, got {self.estimator!r}")
+            if self.objective is not None:
+                raise ValueError(f"--algo {self.algo} regresses Q on its target; it takes no "
+                                 f"--objective (got {self.objective!r})")
+            if self.redistribute:
+                raise ValueError(f"--algo {self.algo} has no redistribute stage yet (rewards are "
+                                 "relabelled at sample time only)")
+            if self.buffer_size < self.batch_size:
+                raise ValueError(f"buffer_size={self.buffer_size} is smaller than one batch "
+                                 f"(batch_size={self.batch_size})")
+            if self.buffer_size < self.num_envs:
+                raise ValueError(f"buffer_size={self.buffer_size} holds less than one step of "
+                                 f"the {self.num_envs} environments")
         if self.total_timesteps < self.num_envs * self.num_steps:
             raise ValueError(
                 f"total_timesteps={self.total_timesteps} is less than one update "
@@ -254,6 +300,14 @@ class Hparams:
     """Adam learning rate of a learned redistributor's model"""
     redistributor_max_grad_norm: Any = 1.0
     """global gradient-norm clip of a learned redistributor's model"""
+    epsilon_start: Any = 1.0
+    """dqn: ε of ε-greedy acting at the first update"""
+    epsilon_end: Any = 0.05
+    """dqn: ε after the decay (linear over epsilon_fraction of the run)"""
+    epsilon_fraction: Any = 0.5
+    """dqn: fraction of the run over which ε decays linearly"""
+    tau: Any = 1.0
+    """dqn: target-network update weight (1: copy; < 1: Polyak averaging)"""
 
     @classmethod
     def create(cls, **values) -> "Hparams":
@@ -274,6 +328,9 @@ DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hparams)}
 POSITIVE = ("lr", "max_grad_norm", "estimator_lr", "estimator_max_grad_norm", "redistributor_lr",
             "redistributor_max_grad_norm")
 NON_NEGATIVE = ("ent_coef", "vf_coef", "clip_eps")
+UNIT_INTERVAL = {"gamma": "gamma", "lambda_": "lambda", "epsilon_start": "epsilon_start",
+                 "epsilon_end": "epsilon_end"}
+UNIT_INTERVAL_POSITIVE = ("epsilon_fraction", "tau")
 
 
 def _shown(values: np.ndarray) -> str:
@@ -289,11 +346,14 @@ def validate_hparams(hp: Hparams) -> None:
     for name in FIELDS:
         if not np.all(np.isfinite(values(name))):
             raise ValueError(f"{name} must be finite, got {_shown(values(name))}")
-    for name in ("gamma", "lambda_"):
+    for name, shown in UNIT_INTERVAL.items():
         v = values(name)
         if np.any((v < 0) | (v > 1)):
-            shown = "lambda" if name == "lambda_" else name
             raise ValueError(f"{shown} must lie in [0, 1], got {_shown(v)}")
+    for name in UNIT_INTERVAL_POSITIVE:
+        v = values(name)
+        if np.any((v <= 0) | (v > 1)):
+            raise ValueError(f"{name} must lie in (0, 1], got {_shown(v)}")
     for name in POSITIVE:
         if np.any(values(name) <= 0):
             raise ValueError(f"{name} must be positive, got {_shown(values(name))}")

@@ -11,7 +11,7 @@ from a policy that changed during the window and from episodes cut anywhere; the
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,9 @@ Array = jax.Array
 
 
 def play_episodes(env: Any, env_params: Any, policy_logits: Callable[[Array], Array],
-                  key: Array, num_episodes: int, max_steps: int) -> dict[str, Array]:
+                  key: Array, num_episodes: int, max_steps: int,
+                  success: Optional[Callable[[Array, Array], Array]] = None
+                  ) -> dict[str, Array]:
     """``num_episodes`` sampled and ``num_episodes`` greedy episodes (module docstring).
 
     Args:
@@ -29,9 +31,12 @@ def play_episodes(env: Any, env_params: Any, policy_logits: Callable[[Array], Ar
       key: PRNG key for resets, actions and transitions.
       num_episodes: E episodes of each kind.
       max_steps: steps simulated per episode at most.
+      success: ``(obs, next_obs) -> bool`` on goal-conditioned environments: adds
+        ``success_rate`` and ``success_rate_greedy``, the fractions of episodes that reached
+        their goal.
 
     Returns:
-      ``{"return", "return_greedy", "length"}`` scalars.
+      ``{"return", "return_greedy", "length"}`` scalars (and the success rates).
     """
     total = 2 * num_episodes
     greedy = jnp.arange(total) >= num_episodes
@@ -41,25 +46,31 @@ def play_episodes(env: Any, env_params: Any, policy_logits: Callable[[Array], Ar
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def one_step(carry, step_key):
-        obs, env_state, alive, ret, length = carry
+        obs, env_state, alive, ret, length, reached = carry
         act_key, env_key = jax.random.split(step_key)
         logits = policy_logits(obs)
         action = jnp.where(greedy, jnp.argmax(logits, -1),
                            jax.random.categorical(act_key, logits))
-        obs, env_state, reward, terminated, truncated, _ = step_env(
+        next_obs, env_state, reward, terminated, truncated, info = step_env(
             jax.random.split(env_key, total), env_state, action, env_params)
         ret = ret + jnp.where(alive, reward.astype(jnp.float32), 0.0)
         length = length + alive
+        if success is not None:
+            reached = reached | (alive & success(obs, info["final_observation"]))
         alive = alive & ~(terminated | truncated)
-        return (obs, env_state, alive, ret, length), None
+        return (next_obs, env_state, alive, ret, length, reached), None
 
     init = (obs, env_state, jnp.ones((total,), bool), jnp.zeros((total,), jnp.float32),
-            jnp.zeros((total,), jnp.int32))
-    (_, _, _, ret, length), _ = jax.lax.scan(one_step, init,
-                                             jax.random.split(run_key, max_steps))
+            jnp.zeros((total,), jnp.int32), jnp.zeros((total,), bool))
+    (_, _, _, ret, length, reached), _ = jax.lax.scan(one_step, init,
+                                                      jax.random.split(run_key, max_steps))
     sampled = ~greedy
-    return {
+    out = {
         "return": jnp.sum(jnp.where(sampled, ret, 0.0)) / num_episodes,
         "return_greedy": jnp.sum(jnp.where(greedy, ret, 0.0)) / num_episodes,
         "length": jnp.sum(jnp.where(sampled, length, 0)).astype(jnp.float32) / num_episodes,
     }
+    if success is not None:
+        out["success_rate"] = jnp.sum(sampled & reached) / num_episodes
+        out["success_rate_greedy"] = jnp.sum(greedy & reached) / num_episodes
+    return out

@@ -103,6 +103,9 @@ def headline_metric(metric_names) -> str:
 
 def check_oracle_settings(engine, settings) -> None:
     """An exact return-hindsight oracle is exact only for γ = 1 (``agents.ground_truth``)."""
+    estimator = getattr(engine, "estimator", None)
+    if estimator is None:
+        return
     if engine.estimator.is_oracle and engine.estimator.exact_model == "return_hindsight":
         gammas = sorted({float(s.get("gamma", 1.0)) for s in settings})
         if gammas != [1.0]:

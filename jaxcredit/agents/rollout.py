@@ -62,11 +62,16 @@ class Transitions:
 
 @struct.dataclass
 class EpisodeSummary:
-    """Sums over the episodes that ended inside one rollout window (scalars)."""
+    """Sums over the episodes that ended inside one rollout window (scalars).
+
+    ``success_count`` counts the ended episodes that reached their goal (goal-conditioned
+    environments, ``jaxcredit.envs.goals``; 0 elsewhere).
+    """
 
     return_sum: Array
     length_sum: Array
     count: Array
+    success_count: Array
 
 
 def reset_runner(env: Any, env_params: Any, key: Array, num_envs: int) -> EnvRunner:
@@ -88,6 +93,7 @@ def rollout(
     key: Array,
     num_steps: int,
     state_index: Optional[Callable[[Any], Array]] = None,
+    success: Optional[Callable[[Array, Array], Array]] = None,
 ) -> tuple[EnvRunner, Transitions, EpisodeSummary]:
     """Acts for ``num_steps`` steps in every environment.
 
@@ -98,6 +104,8 @@ def rollout(
       key: PRNG key for actions and environment transitions.
       num_steps: T.
       state_index: the environment's ``state_index`` (records ``Transitions.state``), or None.
+      success: ``(obs, next_obs) -> bool [N]`` for goal-conditioned environments
+        (``jaxcredit.envs.goals.success_fn``), to count the episodes that reached their goal.
 
     Returns:
       ``(runner, transitions [T, N], summary of the episodes that ended)``.
@@ -128,8 +136,10 @@ def rollout(
             log_prob=log_prob, logits=logits, final_obs=info["final_observation"],
             state=None if index_states is None else index_states(runner.env_state),
         )
+        reached = (jnp.zeros_like(done) if success is None
+                   else success(runner.obs, info["final_observation"]))
         ended = (jnp.where(done, episode_return, 0.0).sum(),
-                 jnp.where(done, episode_length, 0).sum(), done.sum())
+                 jnp.where(done, episode_length, 0).sum(), done.sum(), (done & reached).sum())
         runner = EnvRunner(
             env_state=env_state, obs=next_obs,
             episode_return=jnp.where(done, 0.0, episode_return),
@@ -139,5 +149,5 @@ def rollout(
 
     runner, (transitions, ended) = jax.lax.scan(
         one_step, runner, jax.random.split(key, num_steps))
-    return_sum, length_sum, count = jax.tree.map(jnp.sum, ended)
-    return runner, transitions, EpisodeSummary(return_sum, length_sum, count)
+    return_sum, length_sum, count, success_count = jax.tree.map(jnp.sum, ended)
+    return runner, transitions, EpisodeSummary(return_sum, length_sum, count, success_count)

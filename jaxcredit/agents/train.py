@@ -43,11 +43,12 @@ import jax.numpy as jnp
 import optax
 
 from jaxcredit.agents import ground_truth as gt_lib
-from jaxcredit.agents.config import Hparams, TrainConfig
+from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.rollout import Transitions, reset_runner, rollout
 from jaxcredit.agents.state import AgentState, TrainState, Window
 from jaxcredit.envs import make as make_env
+from jaxcredit.envs.goals import success_fn
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state
@@ -66,41 +67,12 @@ ADAM_EPS = 1e-5
 DEFAULT_EVAL_MAX_STEPS = 1000
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Engine:
-    """The pure functions of one training configuration.
+class EngineRuns:
+    """``run`` and ``train`` of every engine, from its ``config``, ``init``, ``update_step`` and
+    ``evaluate`` (the on-policy ``Engine`` and the off-policy ``jaxcredit.agents.dqn.DQNEngine``
+    share them, so blocks, evaluation points and chunking are the same for both)."""
 
-    Attributes:
-      config: the resolved ``TrainConfig``.
-      env, env_params: the gymnax environment.
-      network: the ``ActorCritic`` module.
-      objective, estimator: the objective and estimate stages.
-      relabeller, redistributor: the optional stages (None when not set).
-      ground_truth: exact quantities of the environment (None without a tabular MDP).
-      init: ``key -> TrainState``.
-      collect: ``(TrainState, Hparams, key) -> Window``: act, relabel, evaluate the critic.
-      assign_credit: ``(TrainState, Trajectory, Hparams, key) -> (Trajectory, Credit, TrainState,
-        metrics)``: fit and apply the redistribute and estimate stages.
-      update_step: ``(TrainState, Hparams) -> (TrainState, metrics)``, one update.
-      evaluate: ``(TrainState, Hparams) -> metrics``, the evaluation at the current policy.
-    """
-
-    config: TrainConfig
-    env: Any
-    env_params: Any
-    network: ActorCritic
-    objective: Objective
-    estimator: Estimator
-    relabeller: Optional[Relabeller]
-    redistributor: Optional[Redistributor]
-    ground_truth: Optional[gt_lib.GroundTruth]
-    init: Callable[[Array], TrainState]
-    collect: Callable[[TrainState, Hparams, Array], Window]
-    assign_credit: Callable[..., tuple[Trajectory, Credit, TrainState, Metrics]]
-    update_step: Callable[[TrainState, Hparams], tuple[TrainState, Metrics]]
-    evaluate: Callable[[TrainState, Hparams], Metrics]
-
-    def run(self, state: TrainState, hparams: Hparams, num_updates: int):
+    def run(self, state, hparams: Hparams, num_updates: int):
         """``num_updates`` updates from ``state``: ``(state, metrics [num_updates])``.
 
         Updates run in blocks of ``eval_every``, each ending with an evaluation whose metrics
@@ -137,12 +109,46 @@ class Engine:
             return state, parts[0]
         return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
-    def train(self, key: Array, hparams: Hparams) -> tuple[TrainState, Metrics]:
+    def train(self, key: Array, hparams: Hparams):
         """A whole run from a key: ``(final_state, metrics [num_updates])``."""
         return self.run(self.init(key), hparams, self.config.num_updates)
 
 
-SCAN_BLOCK = 16  # updates per inner scan of a run without evaluation (Engine.run)
+@dataclasses.dataclass(frozen=True, eq=False)
+class Engine(EngineRuns):
+    """The pure functions of one training configuration.
+
+    Attributes:
+      config: the resolved ``TrainConfig``.
+      env, env_params: the gymnax environment.
+      network: the ``ActorCritic`` module.
+      objective, estimator: the objective and estimate stages.
+      relabeller, redistributor: the optional stages (None when not set).
+      ground_truth: exact quantities of the environment (None without a tabular MDP).
+      init: ``key -> TrainState``.
+      collect: ``(TrainState, Hparams, key) -> Window``: act, relabel, evaluate the critic.
+      assign_credit: ``(TrainState, Trajectory, Hparams, key) -> (Trajectory, Credit, TrainState,
+        metrics)``: fit and apply the redistribute and estimate stages.
+      update_step: ``(TrainState, Hparams) -> (TrainState, metrics)``, one update.
+      evaluate: ``(TrainState, Hparams) -> metrics``, the evaluation at the current policy.
+    """
+
+    config: TrainConfig
+    env: Any
+    env_params: Any
+    network: ActorCritic
+    objective: Objective
+    estimator: Estimator
+    relabeller: Optional[Relabeller]
+    redistributor: Optional[Redistributor]
+    ground_truth: Optional[gt_lib.GroundTruth]
+    init: Callable[[Array], TrainState]
+    collect: Callable[[TrainState, Hparams, Array], Window]
+    assign_credit: Callable[..., tuple[Trajectory, Credit, TrainState, Metrics]]
+    update_step: Callable[[TrainState, Hparams], tuple[TrainState, Metrics]]
+    evaluate: Callable[[TrainState, Hparams], Metrics]
+
+SCAN_BLOCK = 16  # updates per inner scan of a run without evaluation (EngineRuns.run)
 
 
 def _strong(x: Array) -> Array:
@@ -169,19 +175,37 @@ def _discrete_actions(env: Any, env_params: Any, name: str) -> int:
     return int(space.n)
 
 
-def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) -> Engine:
-    """Builds the ``Engine`` (init, collect, assign_credit, update step, evaluate, run, train)."""
-    config = config.resolved()
+def make_environment(config: TrainConfig, env: Any = None, env_params: Any = None):
+    """``(env, env_params)`` of a resolved config, or the given instance with its params."""
     if env is None:
         env, default_params = make_env(config.env, **config.env_kwargs)
         env_params = default_params if env_params is None else env_params
     elif env_params is None:
         env_params = env.default_params
+    return env, env_params
+
+
+def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
+    """Builds the engine of ``config.algo``: the on-policy ``Engine`` (init, collect,
+    assign_credit, update step, evaluate, run, train), or for ``dqn`` the off-policy one
+    (``jaxcredit.agents.dqn``), which has the same shape."""
+    config = config.resolved()
+    if config.algo in OFF_POLICY_ALGOS:
+        from jaxcredit.agents.dqn import make_dqn_engine  # noqa: PLC0415
+
+        return make_dqn_engine(config, env, env_params)
+    env, env_params = make_environment(config, env, env_params)
     num_actions = _discrete_actions(env, env_params, config.env)
     objective = _make_objective(config)
     estimator = make_estimator(config.estimator, **config.estimator_kwargs)
-    relabeller = (make_relabeller(config.relabel, **dict(config.relabel_options))
+    relabeller = (make_relabeller(config.relabel, env=env,
+                                  horizon=_episode_horizon(env_params),
+                                  **dict(config.relabel_options))
                   if config.relabel else None)
+    if relabeller is not None and relabeller.needs_replay:
+        raise ValueError(f"relabel stage {config.relabel!r} relabels replayed transitions and "
+                         f"needs the off-policy learner (--algo dqn): a policy gradient on "
+                         f"relabelled goals would be off-policy")
     redistributor = (make_redistributor(config.redistribute, **dict(config.redistribute_options))
                      if config.redistribute else None)
     needs_return_law = estimator.exact_model == "return_hindsight"
@@ -193,6 +217,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) ->
     T, N = config.num_steps, config.num_envs
     M, E = config.num_minibatches, config.update_epochs
     state_index = env.state_index if ground_truth is not None else None
+    success = success_fn(env)
     eval_steps = config.eval_max_steps or int(
         getattr(env_params, "max_steps_in_episode", 0) or DEFAULT_EVAL_MAX_STEPS)
 
@@ -240,7 +265,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) ->
             return network.apply(state.agent.params, obs, method=ActorCritic.policy)
 
         runner, tr, episodes = rollout(env, env_params, policy, state.runner, act_key, T,
-                                       state_index)
+                                       state_index, success)
         traj = _trajectory(tr)
         if relabeller is not None:
             traj = relabeller.relabel(traj, relabel_key)
@@ -328,6 +353,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) ->
             "episodes": count,
             **credit_metrics,
         })
+        if success is not None:
+            metrics["success_rate"] = jnp.where(
+                count > 0, window.episodes.success_count / count, jnp.nan)
         if config.critic:
             metrics["explained_variance"] = losses.explained_variance(
                 traj.value, credit.value_target)
@@ -344,7 +372,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) ->
             return network.apply(state.agent.params, obs, method=ActorCritic.policy)
 
         played = play_episodes(env, env_params, policy, play_key, config.eval_episodes,
-                               eval_steps)
+                               eval_steps, success)
         metrics = {f"eval/{k}": v for k, v in played.items()}
         if ground_truth is not None:
             mdp = ground_truth.mdp()
@@ -366,6 +394,12 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None) ->
                   redistributor=redistributor, ground_truth=ground_truth, init=init,
                   collect=collect, assign_credit=assign_credit, update_step=update_step,
                   evaluate=evaluate)
+
+
+def _episode_horizon(env_params: Any) -> Optional[int]:
+    """The environment's time limit (None when it states none)."""
+    steps = getattr(env_params, "max_steps_in_episode", None)
+    return int(steps) if steps else None
 
 
 def _trajectory(tr: Transitions) -> Trajectory:

@@ -8,10 +8,11 @@ Choices where the paper is silent (following the public reimplementations):
 * Reaching the goal **terminates** the episode; otherwise it is truncated after n steps (the
   paper's "episode length equal to the number of bits").
 
-Observation: float32 ``concat(state, goal)`` of size 2n. For hindsight relabelling, ``info``
-carries ``achieved_goal`` (the bits after the step, before any auto-reset) and ``desired_goal``,
-and the state has ``bits`` and ``goal``; :func:`goal_reward` recomputes the reward of a relabelled
-goal. Optimal return from Hamming distance d: −(d − 1). No tabular ground truth (4^n states).
+Observation: float32 ``concat(state, goal)`` of size 2n. BitFlip is goal-conditioned
+(``jaxcredit.envs.goals``): the achieved goal is the state's bits, the desired goal the last n
+entries, :func:`goal_reward` is ``compute_reward``. ``info`` also carries ``achieved_goal`` (the
+bits after the step, before any auto-reset) and ``desired_goal``. Optimal return from Hamming
+distance d: −(d − 1). No tabular ground truth (4^n states).
 """
 
 from __future__ import annotations
@@ -45,11 +46,33 @@ def goal_reward(achieved_goal: Array, desired_goal: Array) -> Array:
 class BitFlip(environment.Environment[BitFlipState, BitFlipParams]):
     """Goal-conditioned bit flipping with n bits (n = 1 ... hundreds; the paper uses up to 50)."""
 
+    terminates_on_success = True
+
     def __init__(self, n: int = 10):
         super().__init__()
         if int(n) < 1:
             raise ValueError(f"BitFlip needs n >= 1 bits (got n={n}).")
         self.n = int(n)
+
+    # The goal-conditioned protocol (jaxcredit.envs.goals).
+    @property
+    def goal_size(self) -> int:
+        return self.n
+
+    def desired_goal(self, obs: Array) -> Array:
+        return obs[..., self.n:]
+
+    def achieved_goal(self, obs: Array) -> Array:
+        return obs[..., :self.n]
+
+    def replace_goal(self, obs: Array, goal: Array) -> Array:
+        return jnp.concatenate([obs[..., :self.n], goal.astype(obs.dtype)], axis=-1)
+
+    def compute_reward(self, achieved: Array, desired: Array) -> Array:
+        return goal_reward(achieved, desired)
+
+    def success(self, achieved: Array, desired: Array) -> Array:
+        return jnp.all(achieved == desired, axis=-1)
 
     @property
     def default_params(self) -> BitFlipParams:

@@ -6,15 +6,19 @@ and recomputes the reward, so that a failed attempt becomes a successful attempt
 It has no parameters. The on-policy engine applies it right after acting, before the critic
 evaluates the window, so values, redistribution and credit all see the relabelled data.
 
-No relabeller ships with jaxcredit yet (goal relabelling arrives with the off-policy learner);
-register one with ``register("name", "package.module:factory")``, where the factory returns a
-:class:`Relabeller`, and select it with ``TrainConfig(relabel="name")`` / ``--relabel name``.
+``her`` (:mod:`jaxcredit.relabel.her`) ships with jaxcredit. It relabels *replayed* windows and
+so runs with the off-policy learner only (``--algo dqn``): a policy gradient on relabelled goals
+would be off-policy without importance weights, and the on-policy engine refuses it. Register
+your own with ``register("name", "package.module:factory")``, where the factory returns a
+:class:`Relabeller` (a factory that takes ``env`` and ``horizon`` keywords gets the environment
+and its episode length from the engine), and select it with ``--relabel name``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import inspect
+from typing import Any, Callable, Optional
 
 import jax
 
@@ -31,13 +35,23 @@ class Relabeller:
     Attributes:
       name: registry name.
       relabel: ``(trajectory [T, N], key) -> trajectory`` with the same shapes.
+      needs_replay: relabels replayed windows (off-policy learners only).
+      past, future: for replayed windows, the steps of context the stage reads before and after
+        the step a learner trains on (the engine samples windows of ``past + 1 + future`` steps
+        at least and trains on row ``past``).
+      relabel_with_mask: optional ``(trajectory, key) -> (trajectory, relabelled [N] bool)``,
+        for the ``relabel/fraction`` metric.
     """
 
     name: str
     relabel: RelabelFn
+    needs_replay: bool = False
+    past: int = 0
+    future: int = 0
+    relabel_with_mask: Optional[Callable] = None
 
 
-RELABELLERS = Registry("relabeller", {})
+RELABELLERS = Registry("relabeller", {"her": "jaxcredit.relabel.her:her"})
 
 
 def register(name: str, factory: Factory) -> None:
@@ -49,6 +63,17 @@ def registered() -> list[str]:
     return RELABELLERS.registered()
 
 
-def make_relabeller(name: str, **options: Any) -> Relabeller:
-    """Builds the relabeller ``name`` (or a ``"module:factory"`` path) with ``options``."""
+def make_relabeller(name: str, env: Any = None, horizon: Optional[int] = None,
+                    **options: Any) -> Relabeller:
+    """Builds the relabeller ``name`` (or a ``"module:factory"`` path) with ``options``; ``env``
+    and ``horizon`` reach factories that accept them."""
+    factory = RELABELLERS.factory(name)
+    try:
+        accepted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    takes_all = any(p.kind == p.VAR_KEYWORD for p in accepted.values())
+    for keyword, value in (("env", env), ("horizon", horizon)):
+        if takes_all or keyword in accepted:
+            options.setdefault(keyword, value)
     return RELABELLERS.make(name, **options)
