@@ -40,13 +40,13 @@ from flax import struct
 
 from jaxcredit.agents.config import Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
-from jaxcredit.agents.replay import Replay, Step, make_replay
+from jaxcredit.agents.replay import Replay, Step, as_trajectory, make_replay
 from jaxcredit.agents.rollout import EnvRunner, reset_runner, rollout
 from jaxcredit.agents.state import AgentState
 from jaxcredit.agents.train import (ADAM_EPS, DEFAULT_EVAL_MAX_STEPS, EngineRuns,
                                     _discrete_actions, _episode_horizon, _strong,
                                     make_environment)
-from jaxcredit.envs.goals import success_fn
+from jaxcredit.envs.goals import goal_env, success_fn
 from jaxcredit.estimators import q_learning
 from jaxcredit.fitting import adam_step
 from jaxcredit.networks import QNetwork
@@ -149,6 +149,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
     network = QNetwork(num_actions, config.hidden_sizes, config.activation,
                        obs_ndim=max(len(obs_shape), 1), dueling=config.dueling)
     success = success_fn(env)
+    goals = goal_env(env)
     double = config.estimator == "double_q"
     U = config.num_updates
     eval_steps = config.eval_max_steps or int(horizon or DEFAULT_EVAL_MAX_STEPS)
@@ -160,7 +161,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         obs = jnp.zeros(obs_shape, runner.obs.dtype)
         example = Step(obs=obs, action=jnp.zeros((), jnp.int32), reward=jnp.zeros(()),
                        terminated=jnp.zeros((), bool), truncated=jnp.zeros((), bool),
-                       next_obs=obs)
+                       next_obs=obs, achieved_goal=None if goals is None
+                       else goals.achieved_goal(obs))
         state = DQNState(
             agent=AgentState(params, optax.scale_by_adam(eps=ADAM_EPS).init(params)),
             target_params=jax.tree.map(jnp.copy, params), replay=replay.init(example),
@@ -172,19 +174,30 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         chosen = jnp.take_along_axis(q, action[:, None], axis=-1)[:, 0]
         error = chosen - target
         per_step = optax.huber_loss(error) if config.huber else jnp.square(error)
-        return jnp.mean(per_step), {"q_mean": jnp.mean(chosen), "td_abs": jnp.mean(jnp.abs(error))}
+        loss = jnp.mean(per_step)
+        return loss, {"loss": loss, "q_mean": jnp.mean(chosen),
+                      "td_abs": jnp.mean(jnp.abs(error))}
+
+    def replayed_rows(state: DQNState, key: Array) -> tuple[Any, Metrics]:
+        """The rows anchor ... anchor + n − 1 of B sampled windows, relabelled, ``[n, B]``."""
+        sample_key, relabel_key = jax.random.split(key)
+        stream, times = replay.sample_indices(state.replay, sample_key)
+        if relabeller is None:
+            return as_trajectory(replay.gather(state.replay, stream, times[:, :n])), {}
+        if relabeller.relabel_rows is None or goals is None:
+            window_steps = as_trajectory(replay.gather(state.replay, stream, times))
+            relabelled = relabeller.relabel(window_steps, relabel_key)
+            return jax.tree.map(lambda x: x[anchor:anchor + n], relabelled), {}
+        context = replay.gather_fields(state.replay, stream, times,
+                                       ("terminated", "truncated", "achieved_goal"))
+        rows = as_trajectory(replay.gather(state.replay, stream, times[:, anchor:anchor + n]))
+        rows, relabelled = relabeller.relabel_rows(
+            rows, context["terminated"] | context["truncated"], context["achieved_goal"],
+            relabel_key)
+        return rows, {"relabel/fraction": jnp.mean(relabelled.astype(jnp.float32))}
 
     def learn(state: DQNState, hparams: Hparams, key: Array, lr) -> tuple[AgentState, Metrics]:
-        sample_key, relabel_key = jax.random.split(key)
-        batch = replay.sample(state.replay, sample_key)  # [S, B]
-        metrics = {}
-        if relabeller is not None:
-            if relabeller.relabel_with_mask is not None:
-                batch, relabelled = relabeller.relabel_with_mask(batch, relabel_key)
-                metrics["relabel/fraction"] = jnp.mean(relabelled.astype(jnp.float32))
-            else:
-                batch = relabeller.relabel(batch, relabel_key)
-        rows = jax.tree.map(lambda x: x[anchor:anchor + n], batch)  # what the target reads
+        rows, metrics = replayed_rows(state, key)  # what the target reads
         q_next_target = network.apply(state.target_params, rows.next_obs)
         if double:
             q_next_online = network.apply(state.agent.params, rows.next_obs)
@@ -197,8 +210,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
             state.agent.params, rows.obs[0], rows.action[0], target, hparams)
         params, opt_state, grad_norm = adam_step(state.agent.params, state.agent.opt_state,
                                                  grads, lr, hparams.max_grad_norm, ADAM_EPS)
-        loss, _ = q_loss(state.agent.params, rows.obs[0], rows.action[0], target, hparams)
-        metrics.update(loss_metrics, loss=loss, grad_norm=grad_norm,
+        metrics.update(loss_metrics, grad_norm=grad_norm,
                        reward_mean=jnp.mean(rows.reward[0]))
         return AgentState(params, opt_state), metrics
 
@@ -213,7 +225,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
                                        None, success)
         stored = replay.add(state.replay, Step(
             obs=tr.obs, action=tr.action.astype(jnp.int32), reward=tr.reward,
-            terminated=tr.terminated, truncated=tr.truncated, next_obs=tr.final_obs))
+            terminated=tr.terminated, truncated=tr.truncated, next_obs=tr.final_obs,
+            achieved_goal=None if goals is None else goals.achieved_goal(tr.final_obs)))
         state = state.replace(replay=stored, runner=runner)
         lr = hparams.lr * (1.0 - state.update.astype(jnp.float32) / U
                            if config.anneal_lr else 1.0)

@@ -9,13 +9,21 @@ replays exactly what the uninterrupted one would have.
 
 What is stored per step is what a Q-learning target and relabelling need: ``obs``, ``action``,
 ``reward``, ``terminated``, ``truncated`` and ``next_obs`` (s'_{t+1}: the final observation when
-the episode ended at t, since the auto-reset observation belongs to the next episode).
+the episode ended at t, since the auto-reset observation belongs to the next episode), and on
+goal-conditioned environments ``achieved_goal`` (the goal achieved at s'_{t+1}).
+
+Sampling. flashbax stores and adds; the windows are drawn here by the same rule as flashbax's
+``sample`` (uniform over the environment streams and over the valid start positions, which never
+straddle the write position; tested equal to it for the same key), because a learner that trains
+on a few rows of a long window should not gather the whole window's observations: HER reads
+only the episode ends and achieved goals of the window (``gather`` with ``fields``) and the full
+steps of the rows it trains on.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import flashbax as fbx
 import jax
@@ -37,6 +45,7 @@ class Step:
     terminated: Array
     truncated: Array
     next_obs: Array
+    achieved_goal: Optional[Array] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,15 +77,43 @@ class Replay:
     def can_sample(self, state: Any) -> Array:
         return self.buffer.can_sample(state)
 
+    def sample_indices(self, state: Any, key: Array) -> tuple[Array, Array]:
+        """B windows: ``(stream [B], times [B, S])``, flashbax's sampling rule (module doc)."""
+        max_time = jnp.where(state.is_full, self.steps_per_env, state.current_index)
+        head = jnp.where(state.is_full, state.current_index, 0)
+        max_start = max_time - self.window
+        num_valid = jnp.where(max_start >= 0, max_start + 1, 0)
+        key, item_key = jax.random.split(key)  # flashbax's order of keys
+        _, stream_key = jax.random.split(key)
+        start = (head + jax.random.randint(item_key, (self.batch_size,), 0, num_valid)) \
+            % self.steps_per_env
+        stream = jax.random.randint(stream_key, (self.batch_size,), 0, self.num_envs)
+        times = (start[:, None] + jnp.arange(self.window)) % self.steps_per_env
+        return stream, times
+
+    def gather(self, state: Any, stream: Array, times: Array) -> Step:
+        """The steps at ``(stream [B], times [B, K])``, time-major ``[K, B]``."""
+        return jax.tree.map(lambda x: jnp.swapaxes(x[stream[:, None], times], 0, 1),
+                            state.experience)
+
+    def gather_fields(self, state: Any, stream: Array, times: Array,
+                      fields: Sequence[str]) -> dict[str, Array]:
+        """Only ``fields`` of the steps at ``(stream, times)``, time-major ``[K, B]``."""
+        return {name: jnp.swapaxes(getattr(state.experience, name)[stream[:, None], times], 0, 1)
+                for name in fields}
+
     def sample(self, state: Any, key: Array) -> Trajectory:
         """B windows of S steps as a time-major ``[S, B]`` Trajectory (no values or logits)."""
-        steps: Step = self.buffer.sample(state, key).experience
-        steps = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)
-        zeros = jnp.zeros_like(steps.reward)
-        return Trajectory(obs=steps.obs, action=steps.action, reward=steps.reward,
-                          terminated=steps.terminated, truncated=steps.truncated, value=zeros,
-                          next_value=zeros, log_prob=zeros, logits=zeros[..., None],
-                          next_obs=steps.next_obs)
+        return as_trajectory(self.gather(state, *self.sample_indices(state, key)))
+
+
+def as_trajectory(steps: Step) -> Trajectory:
+    """Stored steps as a Trajectory (zeros for the values, log-probabilities and logits)."""
+    zeros = jnp.zeros_like(steps.reward)
+    return Trajectory(obs=steps.obs, action=steps.action, reward=steps.reward,
+                      terminated=steps.terminated, truncated=steps.truncated, value=zeros,
+                      next_value=zeros, log_prob=zeros, logits=zeros[..., None],
+                      next_obs=steps.next_obs)
 
 
 def make_replay(capacity: int, num_envs: int, window: int, batch_size: int) -> Replay:

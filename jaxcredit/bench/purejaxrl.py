@@ -15,6 +15,12 @@ and both are bridged from the outside, without editing its source:
   only if something of theirs is actually used.
 
 Its PPO is then timed with its own defaults (the ``config`` dict under ``__main__`` in ``ppo.py``).
+
+Its DQN (``dqn.py``, ``--dqn``) needs three more bridges, again from the outside: it wraps the
+environment in gymnax's own ``LogWrapper``, which in gymnax ≥ 1.0 returns six values, so the
+module's ``LogWrapper`` name is rebound to one whose ``step`` returns the old five; it calls
+``jax.tree_map``, removed from jax, so the module's ``jax`` name is rebound to a view of jax
+that has it (``jax.tree.map``); and it imports wandb, stood in for where not installed.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from typing import Any, Iterator
 import gymnax
 
 # Packages that PureJaxRL's wrappers import for other environments than PPO's CartPole.
-OPTIONAL_PACKAGES = ("brax", "navix")
+OPTIONAL_PACKAGES = ("brax", "navix", "wandb")
 FILES = ("ppo.py", "wrappers.py")
+DQN_FILE = "dqn.py"
 
 
 class FiveValueStep:
@@ -143,10 +150,11 @@ def default_config(ppo_source: str) -> dict:
     raise ValueError("PureJaxRL's ppo.py has no `config = {...}` of defaults")
 
 
-def export_from_git(git_dir: str, workdir: pathlib.Path, rev: str = "HEAD") -> pathlib.Path:
-    """Writes ``purejaxrl/{ppo,wrappers}.py`` of ``rev`` of a (bare) git directory into
-    ``workdir``; returns the folder holding them."""
-    for name in FILES:
+def export_from_git(git_dir: str, workdir: pathlib.Path, rev: str = "HEAD",
+                    files: tuple[str, ...] = FILES) -> pathlib.Path:
+    """Writes ``purejaxrl/<files>`` of ``rev`` of a (bare) git directory into ``workdir``;
+    returns the folder holding them."""
+    for name in files:
         try:
             text = subprocess.run(
                 ["git", "--git-dir", git_dir, "show", f"{rev}:purejaxrl/{name}"],
@@ -202,3 +210,31 @@ def load_ppo(folder: pathlib.Path) -> tuple[types.ModuleType, dict]:
             sys.modules.pop("wrappers", None)
     ppo.gymnax = _gymnax_five_value_view()
     return ppo, default_config((folder / "ppo.py").read_text())
+
+
+def _jax_with_tree_map() -> types.ModuleType:
+    """jax with the ``tree_map`` that newer jax removed (as ``jax.tree.map``)."""
+    import jax  # noqa: PLC0415
+
+    view = types.ModuleType("jax")
+    view.__dict__.update({k: v for k, v in vars(jax).items() if not k.startswith("__")})
+    view.tree_map = jax.tree.map
+    return view
+
+
+def load_dqn(folder: pathlib.Path) -> tuple[types.ModuleType, dict]:
+    """Imports PureJaxRL's ``dqn`` from ``folder`` (adapted, module docstring) and its defaults
+    (the ``config = {...}`` in its ``main``)."""
+    path = folder / DQN_FILE
+    if not path.is_file():
+        raise ValueError(f"no purejaxrl/{DQN_FILE} in {folder}")
+    try:
+        with _stand_ins(missing_packages()):
+            dqn = _load_module("purejaxrl_dqn", path)
+    except Exception as err:  # noqa: BLE001 (third-party code: any failure is one message)
+        raise ValueError(f"cannot import PureJaxRL's dqn.py from {folder}: "
+                         f"{type(err).__name__}: {' '.join(str(err).split())}") from None
+    log_wrapper = dqn.LogWrapper
+    dqn.LogWrapper = lambda env: FiveValueStep(log_wrapper(env))
+    dqn.jax = _jax_with_tree_map()
+    return dqn, default_config(path.read_text())

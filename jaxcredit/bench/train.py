@@ -3,6 +3,7 @@ revision, and the cost of its fitted credit models, each race in one process.
 
     jaxcredit bench train [--quick] [--purejaxrl DIR | --purejaxrl-git DIR] [--baseline-rev REV]
     jaxcredit bench train --estimators hca_return,c2a2c,hca_state --fit-steps 1,4,16
+    jaxcredit bench train --no-main --dqn --purejaxrl-git DIR
     python -m jaxcredit.bench train ...
 
 Races (protocol in :mod:`jaxcredit.bench.timing`: compiled ahead of time, compile time apart,
@@ -17,6 +18,11 @@ calls alternating, SPS = env steps per call / median call time):
   comparison is skipped and said so; no stored figure stands in for it.
 * unless ``--quick``: the engine at 2048 envs, and ``jax.vmap`` over 16 seeds at 4 envs
   (aggregate SPS); with ``--compare-all`` PureJaxRL and the baseline revision race there too.
+* ``--dqn``: the off-policy engine's DQN against PureJaxRL's ``dqn.py`` on CartPole-v1 with
+  PureJaxRL's DQN defaults (10 envs, one env step per update, flashbax replay of 10 000, batch
+  128, a gradient step every 10 env steps, target copy every 500 steps, 120-84 ReLU MLP, ε 1 →
+  0.05 over 2.5e5 steps, lr 2.5e-4, learning from 10 000 steps), plain Q-learning target, no
+  evaluation; at 1 seed and at ``--dqn-seeds`` vmapped. Needs ``--purejaxrl``/``--purejaxrl-git``.
 * ``--estimators``: A2C with each estimator against A2C+GAE at one size, once per value of
   ``--fit-steps`` (the learned models' ``estimator_fit_steps``), without evaluation.
 
@@ -78,6 +84,12 @@ class TrainBench:
     """seeds of the vmapped many-seeds case"""
     seeds_timesteps: float = 1e5
     """env steps per seed in the many-seeds case"""
+    dqn: bool = False
+    """the DQN race against PureJaxRL's dqn.py (needs --purejaxrl or --purejaxrl-git)"""
+    dqn_timesteps: float = 5e5
+    """env steps per call in the DQN race (PureJaxRL's DQN default)"""
+    dqn_seeds: int = 8
+    """seeds of the vmapped DQN race (1 skips it)"""
     estimators: tuple[str, ...] = ()
     """race A2C with each estimator spec NAME[:KEY=VALUE...] (comma-separated) against A2C+GAE"""
     fit_steps: tuple[str, ...] = ("4",)
@@ -155,6 +167,8 @@ class Rivals:
     ppo: Any = None
     ppo_defaults: Optional[dict] = None
     ppo_label: str = ""
+    dqn: Any = None
+    dqn_defaults: Optional[dict] = None
     baseline: Any = None
     baseline_label: str = ""
 
@@ -228,6 +242,55 @@ def scale_races(args: TrainBench, rivals: Rivals, hparams: dict, repeats: int) -
     return results
 
 
+def dqn_fields(defaults: dict, total_timesteps: int) -> tuple[dict, dict]:
+    """PureJaxRL's DQN defaults as the engine's ``(TrainConfig fields, Hparams)``."""
+    num_envs = int(defaults["NUM_ENVS"])
+    every = int(defaults["TRAINING_INTERVAL"])
+    if every % num_envs:
+        raise ValueError(f"PureJaxRL's TRAINING_INTERVAL={every} is not a multiple of its "
+                         f"NUM_ENVS={num_envs}; the engine trains after whole updates")
+    fields = dict(algo="dqn", estimator="q_learning", env=PPO_ENV, num_envs=num_envs,
+                  num_steps=every // num_envs, total_timesteps=total_timesteps,
+                  buffer_size=int(defaults["BUFFER_SIZE"]),
+                  batch_size=int(defaults["BUFFER_BATCH_SIZE"]),
+                  learning_starts=int(defaults["LEARNING_STARTS"]), gradient_steps=1,
+                  target_update_every=max(1, int(defaults["TARGET_UPDATE_INTERVAL"]) // every),
+                  hidden_sizes=(120, 84), activation="relu",
+                  anneal_lr=bool(defaults.get("LR_LINEAR_DECAY", False)), eval_every=0)
+    hparams = dict(lr=defaults["LR"], gamma=defaults["GAMMA"], tau=defaults["TAU"],
+                   epsilon_start=defaults["EPSILON_START"],
+                   epsilon_end=defaults["EPSILON_FINISH"],
+                   epsilon_fraction=min(1.0, defaults["EPSILON_ANNEAL_TIME"] / total_timesteps),
+                   max_grad_norm=1e6)  # PureJaxRL's DQN does not clip
+    return fields, hparams
+
+
+def dqn_races(args: TrainBench, rivals: Rivals, repeats: int) -> list[dict]:
+    """The DQN engine against PureJaxRL's DQN, at 1 seed and at ``--dqn-seeds`` vmapped."""
+    total = int(args.dqn_timesteps)
+    fields, hparams = dqn_fields(rivals.dqn_defaults, total)
+    results = []
+    for seeds in sorted({1, args.dqn_seeds}):
+        config = dict(rivals.dqn_defaults, TOTAL_TIMESTEPS=total, NUM_SEEDS=seeds,
+                      WANDB_MODE="disabled")
+        train = rivals.dqn.make_train(config)  # fills NUM_UPDATES
+        steps = int(config["NUM_UPDATES"]) * int(config["NUM_ENVS"]) * seeds
+        if seeds == 1:
+            theirs = compile_case(rivals.ppo_label or "purejaxrl", train,
+                                  lambda s: (jax.random.PRNGKey(100 + s),), steps)
+        else:
+            theirs = compile_case(rivals.ppo_label or "purejaxrl", jax.vmap(train),
+                                  lambda s: (jax.random.split(jax.random.PRNGKey(100 + s),
+                                                              seeds),), steps)
+        cases = [engine_case("jaxcredit dqn", current, fields, hparams, seeds), theirs]
+        name = f"DQN {PPO_ENV}, {fields['num_envs']} envs, {total:,} steps, {seeds} seed(s)"
+        result = race_result(name, race(cases, repeats, args.seed))
+        result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
+            result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
+        results.append(result)
+    return results
+
+
 def estimator_races(args: TrainBench, specs: tuple[EstimatorSpec, ...], fit_steps: list[int],
                     env_options: tuple, hparams: dict, repeats: int) -> list[dict]:
     """A2C with each estimator against A2C+GAE, once per ``estimator_fit_steps`` value.
@@ -286,8 +349,13 @@ def check(args: TrainBench) -> tuple[dict, tuple[EstimatorSpec, ...], list[int],
         raise ValueError("give --purejaxrl or --purejaxrl-git, not both")
     if args.json and pathlib.Path(args.json).is_dir():
         raise ValueError(f"--json {args.json} is a folder; give a file path")
-    if not args.main and not args.estimators:
-        raise ValueError("--no-main leaves nothing to run; add --estimators")
+    if not args.main and not args.estimators and not args.dqn:
+        raise ValueError("--no-main leaves nothing to run; add --estimators or --dqn")
+    if args.dqn and not (args.purejaxrl or args.purejaxrl_git):
+        raise ValueError("--dqn races PureJaxRL's dqn.py: pass --purejaxrl DIR or "
+                         "--purejaxrl-git DIR")
+    _positive("dqn_timesteps", args.dqn_timesteps)
+    _positive("dqn_seeds", args.dqn_seeds)
     specs = parse_specs(args.estimators)
     for spec in specs:
         make_estimator(spec.name, **dict(spec.options))  # unknown name or bad option
@@ -300,14 +368,17 @@ def check(args: TrainBench) -> tuple[dict, tuple[EstimatorSpec, ...], list[int],
 def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
     rivals = Rivals()
     if args.purejaxrl or args.purejaxrl_git:
+        files = purejaxrl_lib.FILES + ((purejaxrl_lib.DQN_FILE,) if args.dqn else ())
         if args.purejaxrl:
             folder = purejaxrl_lib.source_folder(args.purejaxrl)
             revision = purejaxrl_lib.describe(folder)
         else:
-            folder = purejaxrl_lib.export_from_git(args.purejaxrl_git, workdir)
+            folder = purejaxrl_lib.export_from_git(args.purejaxrl_git, workdir, files=files)
             revision = purejaxrl_lib.describe(folder, args.purejaxrl_git)
         rivals.ppo, rivals.ppo_defaults = purejaxrl_lib.load_ppo(folder)
         rivals.ppo_label = f"purejaxrl {revision}"
+        if args.dqn:
+            rivals.dqn, rivals.dqn_defaults = purejaxrl_lib.load_dqn(folder)
     if args.baseline_rev:
         rivals.baseline, short = baseline_lib.import_revision(args.baseline_rev, workdir)
         rivals.baseline_label = f"jaxcredit {short}"
@@ -346,6 +417,11 @@ def bench(args: TrainBench) -> dict:
             if not args.quick:
                 for result in scale_races(args, rivals, hparams, repeats):
                     report(result)
+        if args.dqn:
+            for result in dqn_races(args, rivals, repeats):
+                report(result)
+                for label, ratio in result["ratios"].items():
+                    print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
     for result in (estimator_races(args, specs, fit_steps, env_options, hparams, repeats)
                    if specs else ()):
         report(result)

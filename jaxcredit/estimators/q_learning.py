@@ -57,5 +57,8 @@ def n_step_q_targets(reward: Array, terminated: Array, truncated: Array, bootstr
       ``[T, *batch]`` targets (no gradient flows into them).
     """
     chex.assert_equal_shape([reward, terminated, truncated, bootstrap])
+    if n == 1:  # the same numbers without the n-step machinery
+        discount = gamma * (1.0 - jnp.asarray(terminated, reward.dtype))
+        return jax.lax.stop_gradient(reward + discount * bootstrap)
     targets = episode_aware_n_step_returns(reward, bootstrap, terminated, truncated, gamma, n)
     return jax.lax.stop_gradient(targets)

@@ -39,8 +39,10 @@ class Relabeller:
       past, future: for replayed windows, the steps of context the stage reads before and after
         the step a learner trains on (the engine samples windows of ``past + 1 + future`` steps
         at least and trains on row ``past``).
-      relabel_with_mask: optional ``(trajectory, key) -> (trajectory, relabelled [N] bool)``,
-        for the ``relabel/fraction`` metric.
+      relabel_rows: optional fast path for replayed windows: ``(rows [K, B], done [S, B],
+        achieved_goal [S, B, G], key) -> (rows, relabelled [B] bool)`` relabels the rows
+        ``past ... past + K − 1`` of each window from the whole window's episode ends and
+        achieved goals, without its observations (and reports ``relabel/fraction``).
     """
 
     name: str
@@ -48,7 +50,7 @@ class Relabeller:
     needs_replay: bool = False
     past: int = 0
     future: int = 0
-    relabel_with_mask: Optional[Callable] = None
+    relabel_rows: Optional[Callable] = None
 
 
 RELABELLERS = Registry("relabeller", {"her": "jaxcredit.relabel.her:her"})

@@ -25,7 +25,10 @@ step becomes a time-out for g', bootstrapped from its final observation.
 Windows. The off-policy engine samples windows ``[S, B]`` from replay, trains on the step
 ``anchor = past`` of each column and reads up to ``future`` steps after it (``Relabeller.past`` /
 ``.future``, set here from the environment's episode length). Every step of a column is
-relabelled with that column's goal, so an n-step target stays consistent.
+relabelled with that column's goal, so an n-step target stays consistent. ``relabel`` takes
+whole windows (the stage contract); ``relabel_rows`` is the same relabelling given only the
+window's episode ends and achieved goals and the rows to train on, which is what the engine
+gathers from replay.
 """
 
 from __future__ import annotations
@@ -73,44 +76,60 @@ def choose_goal_steps(key: Array, done: Array, anchor: int, strategy: str) -> Ar
     return jnp.argmax(score, axis=0)  # uniform over the allowed rows
 
 
-def relabel_goals(goals: Any, trajectory: Trajectory, key: Array, anchor: int, strategy: str,
-                  k: int) -> tuple[Trajectory, Array]:
-    """Relabels each column of a ``[S, B]`` window: ``(trajectory, relabelled [B] bool)``.
+def choose_goals(goals: Any, done: Array, achieved_next: Array, desired: Array, key: Array,
+                 anchor: int, strategy: str, k: int) -> tuple[Array, Array]:
+    """The goal of each column of a window: ``(goal [B, G], relabelled [B] bool)``.
 
     Args:
       goals: the goal-conditioned environment (``jaxcredit.envs.goals``).
-      trajectory: sampled windows with ``next_obs``.
+      done: ``[S, B]`` episode ends of the window.
+      achieved_next: ``[S, B, G]`` the goal achieved at s'_{t+1} of every step.
+      desired: ``[B, G]`` the original goal of the anchor's episode.
       key: PRNG key.
       anchor: the row the learner trains on.
       strategy: one of :data:`STRATEGIES`.
       k: relabelled replays per original one; a column is relabelled with probability k/(k+1).
     """
+    del goals
     step_key, column_key, coin_key = jax.random.split(key, 3)
-    done = trajectory.done
-    num_steps, batch = done.shape
-    achieved_next = goals.achieved_goal(trajectory.next_obs)  # [S, B, G]
+    batch = done.shape[1]
     rows = choose_goal_steps(step_key, done, anchor, strategy)
     columns = (jax.random.randint(column_key, (batch,), 0, batch) if strategy == "random"
                else jnp.arange(batch))
-    new_goal = achieved_next[rows, columns]  # [B, G]
     relabelled = jax.random.uniform(coin_key, (batch,)) < k / (k + 1.0)
-    goal = jnp.where(relabelled[:, None], new_goal, goals.desired_goal(trajectory.obs[anchor]))
+    goal = jnp.where(relabelled[:, None], achieved_next[rows, columns], desired)
+    return goal, relabelled
+
+
+def apply_goals(goals: Any, trajectory: Trajectory, achieved_next: Array, goal: Array,
+                relabelled: Array) -> Trajectory:
+    """Rows ``[K, B]`` of windows with column b's goal set to ``goal[b]`` where ``relabelled``:
+    new goal in ``obs`` and ``next_obs``, rewards and terminations recomputed (module doc)."""
+    batch = goal.shape[0]
     goal_t = jnp.broadcast_to(goal[None], achieved_next.shape)
-    obs = goals.replace_goal(trajectory.obs, goal_t)
-    next_obs = goals.replace_goal(trajectory.next_obs, goal_t)
     reward = goals.compute_reward(achieved_next, goal_t).astype(trajectory.reward.dtype)
     if goals.terminates_on_success:
         terminated = goals.success(achieved_next, goal_t)
-        truncated = done & ~terminated
+        truncated = trajectory.done & ~terminated
     else:
         terminated, truncated = trajectory.terminated, trajectory.truncated
     keep = lambda new, old: jnp.where(  # noqa: E731
         relabelled.reshape((1, batch) + (1,) * (old.ndim - 2)), new, old)
-    out = trajectory.replace(
-        obs=keep(obs, trajectory.obs), next_obs=keep(next_obs, trajectory.next_obs),
+    return trajectory.replace(
+        obs=keep(goals.replace_goal(trajectory.obs, goal_t), trajectory.obs),
+        next_obs=keep(goals.replace_goal(trajectory.next_obs, goal_t), trajectory.next_obs),
         reward=keep(reward, trajectory.reward), terminated=keep(terminated, trajectory.terminated),
         truncated=keep(truncated, trajectory.truncated))
-    return out, relabelled
+
+
+def relabel_goals(goals: Any, trajectory: Trajectory, key: Array, anchor: int, strategy: str,
+                  k: int) -> tuple[Trajectory, Array]:
+    """Relabels every row of ``[S, B]`` windows: ``(trajectory, relabelled [B] bool)``."""
+    achieved_next = goals.achieved_goal(trajectory.next_obs)
+    goal, relabelled = choose_goals(goals, trajectory.done, achieved_next,
+                                    goals.desired_goal(trajectory.obs[anchor]), key, anchor,
+                                    strategy, k)
+    return apply_goals(goals, trajectory, achieved_next, goal, relabelled), relabelled
 
 
 def her(strategy: str = "future", k: int = 4, env: Any = None, horizon: int | None = None
@@ -138,12 +157,19 @@ def her(strategy: str = "future", k: int = 4, env: Any = None, horizon: int | No
     if horizon is None or horizon < 1:
         raise ValueError("her needs the environment's episode length (max_steps_in_episode) to "
                          "know how much of an episode a replayed window must hold")
+    # An episode has at most `horizon` steps, so `horizon - 1` steps on either side of the
+    # trained step hold all of its episode.
     past = horizon - 1 if strategy == "episode" else 0
-    future = 0 if strategy == "random" else horizon
+    future = 0 if strategy == "random" else horizon - 1
 
     def relabel(trajectory: Trajectory, key: Array) -> Trajectory:
         return relabel_goals(goals, trajectory, key, past, strategy, k)[0]
 
+    def relabel_rows(rows: Trajectory, done: Array, achieved_next: Array, key: Array):
+        goal, relabelled = choose_goals(goals, done, achieved_next,
+                                        goals.desired_goal(rows.obs[0]), key, past, strategy, k)
+        rows_achieved = achieved_next[past:past + rows.reward.shape[0]]
+        return apply_goals(goals, rows, rows_achieved, goal, relabelled), relabelled
+
     return Relabeller(name="her", relabel=relabel, needs_replay=True, past=past, future=future,
-                      relabel_with_mask=lambda t, key: relabel_goals(goals, t, key, past,
-                                                                     strategy, k))
+                      relabel_rows=relabel_rows)

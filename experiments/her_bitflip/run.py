@@ -1,0 +1,225 @@
+"""Hindsight experience replay on bit flipping: success rate against the number of bits.
+
+Andrychowicz et al. (2017), Fig. 1: DQN without HER solves bit flipping only for n ≤ 13 bits,
+DQN with HER (``future``, k = 4) up to n = 50. Here both run on the off-policy engine
+(``jaxcredit.agents.dqn``; HER is the relabel stage ``jaxcredit.relabel.her``), one compiled
+program per (n, learner) with every seed vmapped, each a run directory. The metric is the
+greedy policy's success rate ``eval/success_rate_greedy`` (the paper's test episodes), measured
+inside the run on fresh episodes. A second table is the strategy ablation (the paper's Sec. 4.5)
+at one hard n: ``final``, ``future``, ``episode`` and ``random``, each with k = 4.
+
+    python experiments/her_bitflip/run.py --size smoke       # a 1-minute check
+    python experiments/her_bitflip/run.py --size cpu         # the committed results
+    python experiments/her_bitflip/run.py --size cpu --out DIR --publish
+
+Set-up (the paper's DQN bit-flipping settings where stated, docs in the README): one hidden
+layer of 256 ReLU units, Adam lr 1e-3, batch 128, γ = 0.98, ε-greedy with ε = 0.2, a "cycle" of
+16 episodes followed by 40 gradient steps and a Polyak target update with τ = 0.05. One engine
+update is one cycle (16 environments × n steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from typing import Optional
+
+import numpy as np
+import tyro
+
+from jaxcredit import experiment as X
+from jaxcredit.agents import TrainConfig
+
+HERE = pathlib.Path(__file__).resolve().parent
+METRIC = "eval/success_rate_greedy"
+STRATEGIES = ("final", "future", "episode", "random")
+SIZES = {
+    "smoke": dict(bits=(5, 8), updates=30, seeds=2, ablation_bits=5, buffer=20_000),
+    "cpu": dict(bits=(5, 10, 15, 20, 25, 30, 40, 50), updates=1000, seeds=8, ablation_bits=20,
+                buffer=100_000),
+    "paper": dict(bits=(5, 10, 15, 20, 25, 30, 40, 50), updates=4000, seeds=8, ablation_bits=40,
+                  buffer=1_000_000),
+}
+EPISODES_PER_UPDATE = 16
+GRADIENT_STEPS = 40
+HPARAMS = dict(lr=1e-3, gamma=0.98, epsilon_start=0.2, epsilon_end=0.2, tau=0.05,
+               max_grad_norm=10.0)
+
+
+@dataclasses.dataclass
+class Args(X.OutputArgs):
+    """Success rate of DQN and DQN+HER against the number of bits (module docstring)."""
+
+    size: str = "cpu"
+    """smoke | cpu | paper"""
+    seeds: Optional[int] = None
+    """seeds per run (default: the size's)"""
+    bits: tuple[int, ...] = ()
+    """numbers of bits n (default: the size's)"""
+    updates: Optional[int] = None
+    """updates (cycles of 16 episodes) per run (default: the size's)"""
+    ablation: bool = True
+    """also run the strategy ablation at the size's ablation n"""
+
+
+def case(n: int, learner: str, updates: int, buffer: int, strategy: str = "future",
+         group: str = "bits") -> X.Case:
+    relabel = dict(relabel="her", relabel_options=(("k", 4), ("strategy", strategy))) \
+        if learner != "DQN" else {}
+    config = TrainConfig(
+        algo="dqn", estimator="q_learning", env="BitFlip", env_options=(("n", n),),
+        num_envs=EPISODES_PER_UPDATE, num_steps=n,
+        total_timesteps=EPISODES_PER_UPDATE * n * updates, buffer_size=buffer, batch_size=128,
+        learning_starts=EPISODES_PER_UPDATE * n, gradient_steps=GRADIENT_STEPS,
+        target_update_every=1, hidden_sizes=(256,), activation="relu",
+        eval_every=max(1, updates // 20), eval_episodes=32, **relabel)
+    name = f"{group}/n{n}/{learner.replace(' ', '_').replace('+', '_').replace('=', '')}"
+    return X.Case(name=name, config=config, settings=(HPARAMS,),
+                  labels={"n": n, "learner": learner, "group": group})
+
+
+def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
+    results = {}
+    for c in cases:
+        run_dir = out / c.name
+        steps, curve = X.curves(run_dir, METRIC)
+        results[c.name] = {**c.labels, "env_steps": steps.tolist(), "curve": curve.tolist(),
+                           "final": X.final(run_dir, METRIC, last=3).tolist(),
+                           "area": X.area(run_dir, METRIC).tolist()}
+    bits = [c for c in cases if c.labels["group"] == "bits"]
+    ns = sorted({c.labels["n"] for c in bits})
+    learners = list(dict.fromkeys(c.labels["learner"] for c in bits))
+    lookup = {(r["group"], r["n"], r["learner"]): r for r in results.values()}
+
+    def cell(group, key):
+        def fn(row, learner):
+            r = lookup.get((group, int(row.split("=")[1]), learner))
+            return "" if r is None else X.mean_ci_cell(r[key], 2)
+        return fn
+
+    lines = [f"Bit flipping, size '{meta['size']}': {meta['seeds']} seeds per cell, "
+             f"{meta['updates']} updates of {EPISODES_PER_UPDATE} episodes per run "
+             f"({meta['updates'] * EPISODES_PER_UPDATE:,} episodes, "
+             f"{meta['updates'] * GRADIENT_STEPS:,} gradient steps); mean ± 95% CI (Student t) "
+             "over seeds of the greedy policy's success rate on 32 fresh episodes.", ""]
+    rows = [f"n={n}" for n in ns]
+    lines += ["### Final success rate (mean of the last 3 evaluations)", ""]
+    lines += X.markdown_table(rows, learners, cell("bits", "final"), corner="bits") + [""]
+    lines += ["### Mean success rate over training (area under the curve)", ""]
+    lines += X.markdown_table(rows, learners, cell("bits", "area"), corner="bits") + [""]
+    ablation = [c for c in cases if c.labels["group"] == "ablation"]
+    shared = [c for c in bits if ablation and c.labels["learner"] == "DQN+HER"
+              and c.labels["n"] == ablation[0].labels["n"]]
+    if shared:  # the ablation's `future` row is the main comparison's run
+        name = shared[0].name
+        results[name + "#ablation"] = dict(results[name], group="ablation",
+                                           learner="HER future")
+        lookup[("ablation", shared[0].labels["n"], "HER future")] = results[name + "#ablation"]
+        ablation = sorted(ablation + [X.Case(name + "#ablation", shared[0].config, (),
+                                             {"n": shared[0].labels["n"],
+                                              "learner": "HER future", "group": "ablation"})],
+                          key=lambda c: STRATEGIES.index(c.labels["learner"].split()[1]))
+    if ablation:
+        n = ablation[0].labels["n"]
+        strategies = [c.labels["learner"] for c in ablation]
+        lines += [f"### Strategy ablation at n = {n} (k = 4 each)", ""]
+        lines += X.markdown_table([f"n={n}"], strategies, cell("ablation", "final"),
+                                  corner="final") + [""]
+        lines += X.markdown_table([f"n={n}"], strategies, cell("ablation", "area"),
+                                  corner="area") + [""]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    plot(out / "success_rate.png", ns, learners, lookup, ablation, results)
+    return ["table.md", "results.json", "success_rate.png"]
+
+
+def plot(path: pathlib.Path, ns, learners, lookup, ablation, results) -> None:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    from jaxcredit.stats import bootstrap_band  # noqa: PLC0415
+
+    panels = 2 if ablation else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.6), squeeze=False)
+    ax = axes[0, 0]
+    for learner in learners:
+        finals = np.array([lookup[("bits", n, learner)]["final"] for n in ns])  # [n, seeds]
+        mean, low, high = bootstrap_band(finals.T)
+        line, = ax.plot(ns, mean, marker="o", label=learner)
+        ax.fill_between(ns, low, high, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xlabel("number of bits n")
+    ax.set_ylabel("final success rate (greedy)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.legend(fontsize=8)
+    ax.set_title("DQN vs DQN+HER (future, k = 4)", fontsize=9)
+    if ablation:
+        ax = axes[0, 1]
+        for c in ablation:
+            r = results[c.name]
+            mean, low, high = bootstrap_band(np.asarray(r["curve"]))
+            line, = ax.plot(r["env_steps"], mean, label=r["learner"])
+            ax.fill_between(r["env_steps"], low, high, color=line.get_color(), alpha=0.15,
+                            lw=0)
+        ax.set_xlabel("env steps per seed")
+        ax.set_ylabel("success rate (greedy)")
+        ax.set_ylim(-0.03, 1.03)
+        ax.legend(fontsize=8)
+        ax.set_title(f"HER strategies at n = {ablation[0].labels['n']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = tyro.cli(Args, args=argv)
+    try:
+        if args.size not in SIZES:
+            raise ValueError(f"--size must be one of {', '.join(SIZES)}")
+        size = SIZES[args.size]
+        bits = args.bits or size["bits"]
+        if any(n < 1 for n in bits):
+            raise ValueError(f"--bits must be positive, got {bits}")
+        seeds = args.seeds or size["seeds"]
+        updates = args.updates or size["updates"]
+        if seeds < 2:
+            raise ValueError("need at least 2 seeds")
+        cases = [case(n, learner, updates, size["buffer"]) for n in bits
+                 for learner in ("DQN", "DQN+HER")]
+        if args.ablation:
+            n = size["ablation_bits"]
+            # `future` at that n is the main comparison's DQN+HER run when there is one.
+            cases += [case(n, f"HER {s}", updates, size["buffer"], s, "ablation")
+                      for s in STRATEGIES if s != "future" or n not in bits]
+    except ValueError as err:
+        print(f"run.py: error: {err}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out) if args.out else X.default_out("her_bitflip")
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    timings = X.run_cases(cases, out, num_seeds=seeds, seed=2017, num_chunks=2)
+    meta = {"size": args.size, "seeds": seeds, "updates": updates, "bits": list(bits),
+            "hparams": HPARAMS, "buffer_size": size["buffer"],
+            "seconds": {k: v["seconds"] for k, v in timings.items()},
+            "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
+            "wall_seconds": time.time() - start,
+            "command": "python experiments/her_bitflip/run.py " + " ".join(
+                sys.argv[1:] if argv is None else argv)}
+    files = report(out, cases, meta)
+    print(f"report in {out}: {', '.join(files)}")
+    if args.publish:
+        try:
+            X.publish(out, HERE / "results", files, args.force)
+        except ValueError as err:
+            print(f"run.py: error: {err}", file=sys.stderr)
+            return 2
+        print(f"published to {HERE / 'results'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

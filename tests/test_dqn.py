@@ -1,0 +1,178 @@
+"""The off-policy engine: Q-learning targets against a float64 loop, ε-greedy acting, replay
+windows, the engine shape (host loop, exact resume with a full buffer), and learning checks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcredit import runlog
+from jaxcredit.agents import Hparams, TrainConfig, make_engine
+from jaxcredit.agents.dqn import epsilon_at, epsilon_greedy_logits
+from jaxcredit.agents.host_loop import RunSpec, run_experiment
+from jaxcredit.agents.replay import Step, make_replay
+from jaxcredit.estimators import q_learning
+
+
+def reference_targets(reward, terminated, truncated, q_target_next, q_online_next, gamma, n,
+                      double):
+    """Plain float64 loop: y_t = Σ_{j<m} γ^j r_{t+j} + γ^m (1 − term) v'_{t+m−1}."""
+    T, B = reward.shape
+    if double:
+        best = np.argmax(q_online_next, -1)
+        boot = np.take_along_axis(q_target_next, best[..., None], -1)[..., 0]
+    else:
+        boot = q_target_next.max(-1)
+    out = np.zeros((T, B))
+    for b in range(B):
+        for t in range(T):
+            total, scale = 0.0, 1.0
+            for j in range(t, min(t + n, T)):
+                total += scale * reward[j, b]
+                if terminated[j, b]:
+                    scale = 0.0
+                    break
+                scale *= gamma
+                if truncated[j, b] or j == min(t + n, T) - 1:
+                    break
+            out[t, b] = total + scale * boot[j, b]
+    return out
+
+
+def test_q_learning_bootstraps_by_hand():
+    q_target = jnp.array([[1.0, 3.0, 2.0]])
+    q_online = jnp.array([[0.0, 0.0, 5.0]])
+    assert float(q_learning.q_learning_bootstrap(q_target)[0]) == 3.0
+    # Double Q: the online network picks action 2, the target network values it.
+    assert float(q_learning.double_q_learning_bootstrap(q_target, q_online)[0]) == 2.0
+    # One step: r + γ (1 − terminated) v'.
+    y = q_learning.n_step_q_targets(jnp.array([1.0, 1.0]), jnp.array([False, True]),
+                                    jnp.array([False, False]), jnp.array([10.0, 10.0]), 0.5, 1)
+    np.testing.assert_allclose(np.asarray(y), [6.0, 1.0])
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("double", [False, True])
+def test_n_step_targets_match_a_float64_loop(n, double):
+    rng = np.random.default_rng(n + 10 * double)
+    T, B, A = 9, 5, 3
+    reward = rng.normal(size=(T, B))
+    ends = rng.random((T, B))
+    terminated, truncated = ends < 0.15, (ends >= 0.15) & (ends < 0.3)  # both kinds of end
+    q_target_next, q_online_next = rng.normal(size=(T, B, A)), rng.normal(size=(T, B, A))
+    boot = (q_learning.double_q_learning_bootstrap(jnp.asarray(q_target_next, jnp.float32),
+                                                   jnp.asarray(q_online_next, jnp.float32))
+            if double else q_learning.q_learning_bootstrap(jnp.asarray(q_target_next,
+                                                                       jnp.float32)))
+    got = q_learning.n_step_q_targets(jnp.asarray(reward, jnp.float32), jnp.asarray(terminated),
+                                      jnp.asarray(truncated), boot, 0.9, n)
+    want = reference_targets(reward, terminated, truncated, q_target_next, q_online_next, 0.9, n,
+                             double)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_epsilon_greedy_logits_and_schedule():
+    probs = jax.nn.softmax(epsilon_greedy_logits(jnp.array([0.0, 2.0, 1.0, 2.0]), 0.2))
+    np.testing.assert_allclose(np.asarray(probs), [0.05, 0.85, 0.05, 0.05], rtol=1e-6)
+    hp = Hparams.create(epsilon_start=1.0, epsilon_end=0.1, epsilon_fraction=0.5)
+    eps = [float(epsilon_at(jnp.int32(u), hp, 100)) for u in (0, 25, 50, 99)]
+    np.testing.assert_allclose(eps, [1.0, 0.55, 0.1, 0.1], rtol=1e-6)
+
+
+def test_replay_windows_are_consecutive_steps_of_one_environment():
+    replay = make_replay(capacity=4 * 10, num_envs=4, window=3, batch_size=256)
+    step = lambda x: Step(obs=x, action=x.astype(jnp.int32), reward=x, terminated=x > 1e9,  # noqa
+                          truncated=x > 1e9, next_obs=x + 1)
+    state = replay.init(step(jnp.zeros(())))
+    for t in range(13):  # wraps around the 10-step ring
+        # env e at time t writes the value 100 e + t
+        state = replay.add(state, step(100.0 * jnp.arange(4)[None] + t + 0.0))
+    batch = replay.sample(state, jax.random.key(0))
+    values = np.asarray(batch.obs)  # [3, 256]
+    np.testing.assert_array_equal(np.diff(values, axis=0), 1.0)  # consecutive, same env
+    assert values.min() % 100 >= 3  # only the 10 newest steps of each env remain
+    assert len(np.unique(values[0] // 100)) == 4
+
+
+def test_bad_dqn_input_is_a_one_line_error():
+    for kwargs, message in [
+        (dict(algo="dqn", estimator="gae"), "choose --estimator double_q or q_learning"),
+        (dict(algo="dqn", objective="ppo"), "takes no --objective"),
+        (dict(algo="dqn", buffer_size=64, batch_size=128), "smaller than one batch"),
+        (dict(algo="dqn", n_step=0), "n_step must be a positive integer"),
+        (dict(algo="dqn", target_update_every=0), "target_update_every must be a positive"),
+    ]:
+        with pytest.raises(ValueError, match=message) as error:
+            TrainConfig(**kwargs).resolved()
+        assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="fewer than one sampled window"):
+        make_engine(TrainConfig(algo="dqn", env="BitFlip", relabel="her", num_envs=16,
+                                buffer_size=128, batch_size=32))
+    with pytest.raises(ValueError, match="epsilon_end must lie in"):
+        Hparams.create(epsilon_end=1.5)
+    with pytest.raises(ValueError, match="tau must lie in"):
+        Hparams.create(tau=0.0)
+
+
+SMALL = TrainConfig(algo="dqn", env="CartPole-v1", num_envs=4, num_steps=2,
+                    total_timesteps=4 * 2 * 60, buffer_size=4 * 24, batch_size=16,
+                    learning_starts=32, gradient_steps=2, target_update_every=5, n_step=3,
+                    hidden_sizes=(16,), eval_every=20, eval_episodes=2)
+
+
+def test_dqn_update_trains_only_after_learning_starts_and_fills_the_buffer():
+    engine = make_engine(SMALL)
+    state = engine.init(jax.random.key(0))
+    hp = Hparams.create(lr=1e-3)
+    step = jax.jit(engine.update_step)
+    learning = []
+    for _ in range(16):
+        state, metrics = step(state, hp)
+        learning.append(float(metrics["learning"]))
+    assert learning == [0.0] * 3 + [1.0] * 13  # 32 env steps collected after update 4
+    assert bool(state.replay.is_full) and int(state.update) == 16
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["epsilon"]) < 1.0
+
+
+def test_dqn_resume_with_a_full_replay_equals_the_uninterrupted_run(tmp_path):
+    spec = RunSpec(settings=({"lr": 1e-3},), num_seeds=2, num_chunks=3)
+    full = run_experiment(SMALL, spec, tmp_path / "full", progress=False, plot=False)
+    assert full["finished"]
+    part = tmp_path / "part"
+    first = run_experiment(SMALL, spec, part, progress=False, plot=False, max_chunks=1)
+    assert first["updates"] == 20  # 80 transitions stored, the 96-slot buffer wraps next chunk
+    run_experiment(None, None, part, resume=True, progress=False, plot=False)
+    assert (part / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
+    columns = runlog.read_metrics(part / "metrics.csv")
+    assert {"loss", "q_mean", "epsilon", "eval/return_greedy"} <= set(columns)
+
+
+@pytest.mark.slow
+def test_dqn_solves_cartpole():
+    # PureJaxRL's DQN settings (10 envs, buffer 10k, batch 128, one gradient step per 10 env
+    # steps, target copy every 500 steps), 2 seeds, 3e5 steps.
+    config = TrainConfig(algo="dqn", env="CartPole-v1", num_envs=10, num_steps=1,
+                         total_timesteps=300_000, buffer_size=10_000, batch_size=128,
+                         learning_starts=10_000, gradient_steps=1, target_update_every=50,
+                         hidden_sizes=(120, 84), activation="relu", eval_every=1500,
+                         eval_episodes=8)
+    engine = make_engine(config)
+    hp = Hparams.create(lr=2.5e-4, gamma=0.99, epsilon_fraction=25e4 / 3e5, max_grad_norm=10.0)
+    hps = jax.tree.map(lambda x: jnp.stack([x, x]), hp)
+    _, metrics = jax.jit(jax.vmap(engine.train))(jax.random.split(jax.random.key(0), 2), hps)
+    greedy = np.asarray(metrics["eval/return_greedy"])
+    greedy = greedy[:, ~np.isnan(greedy[0])]
+    assert greedy[:, -5:].max(axis=1).min() >= 475, greedy.round()
+
+
+def test_replay_sampling_is_flashbax_sampling():
+    replay = make_replay(capacity=3 * 8, num_envs=3, window=4, batch_size=64)
+    step = lambda x: Step(obs=x, action=x.astype(jnp.int32), reward=x, terminated=x > 1e9,  # noqa
+                          truncated=x > 1e9, next_obs=x + 1)
+    state = replay.init(step(jnp.zeros(())))
+    for t in range(11):
+        state = replay.add(state, step(100.0 * jnp.arange(3)[None] + t))
+        if t >= 3:
+            ours = replay.sample(state, jax.random.key(t)).obs
+            theirs = replay.buffer.sample(state, jax.random.key(t)).experience.obs
+            np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs).T)

@@ -1,0 +1,178 @@
+"""HER as the relabel stage: which goal, which reward, episode boundaries, time-outs, the
+relabelled fraction, and the one-line refusals."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcredit.agents import Hparams, TrainConfig, make_engine
+from jaxcredit.envs import make as make_env
+from jaxcredit.relabel import make_relabeller
+from jaxcredit.relabel.her import choose_goal_steps, episode_ids, relabel_goals
+from jaxcredit.types import Trajectory
+
+ENV, _ = make_env("BitFlip", n=2)
+
+
+def window(bits, goal, done_at, terminated_at=()):
+    """A one-column BitFlip window: ``bits[t]`` is s_t (len S + 1 states), ``goal`` the desired
+    goal of every step, episode ends after the steps in ``done_at`` (truncations unless listed in
+    ``terminated_at``). Episodes that end are followed by the next state as given (the reset)."""
+    S = len(bits) - 1
+    obs = np.array([b + goal for b in bits[:-1]], np.float32)[:, None]
+    next_obs = np.array([b + goal for b in bits[1:]], np.float32)[:, None]
+    terminated = np.zeros((S, 1), bool)
+    truncated = np.zeros((S, 1), bool)
+    for t in done_at:
+        (terminated if t in terminated_at else truncated)[t, 0] = True
+    reward = np.where(np.all(next_obs[..., :2] == next_obs[..., 2:], -1), 0.0, -1.0)
+    zeros = np.zeros((S, 1), np.float32)
+    return Trajectory(obs=jnp.asarray(obs), action=jnp.zeros((S, 1), jnp.int32),
+                      reward=jnp.asarray(reward, jnp.float32), terminated=jnp.asarray(terminated),
+                      truncated=jnp.asarray(truncated), value=zeros, next_value=zeros,
+                      log_prob=zeros, logits=zeros[..., None], next_obs=jnp.asarray(next_obs))
+
+
+def test_episode_ids_count_the_ends_before_each_step():
+    done = jnp.array([[0], [1], [0], [1], [0]], bool)
+    np.testing.assert_array_equal(episode_ids(done)[:, 0], [0, 0, 1, 1, 2])
+
+
+def test_future_goals_stay_in_the_anchors_episode():
+    # Steps 0-1 are one episode (time-out after step 1), steps 2-3 the next.
+    done = jnp.array([[0], [1], [0], [0]], bool)
+    rows = jax.vmap(lambda k: choose_goal_steps(k, done, 0, "future"))(
+        jax.random.split(jax.random.key(0), 400))[:, 0]
+    assert set(np.unique(rows).tolist()) == {0, 1}
+    assert abs(float(np.mean(rows == 1)) - 0.5) < 0.1  # uniform over the two
+    # From anchor 2 only the second episode's steps, never the first's.
+    rows = jax.vmap(lambda k: choose_goal_steps(k, done, 2, "future"))(
+        jax.random.split(jax.random.key(1), 400))[:, 0]
+    assert set(np.unique(rows).tolist()) == {2, 3}
+
+
+def test_final_and_episode_strategies():
+    done = jnp.array([[0], [0], [1], [0], [1]], bool)
+    assert int(choose_goal_steps(jax.random.key(0), done, 0, "final")[0]) == 2
+    assert int(choose_goal_steps(jax.random.key(0), done, 1, "final")[0]) == 2
+    assert int(choose_goal_steps(jax.random.key(0), done, 3, "final")[0]) == 4
+    rows = jax.vmap(lambda k: choose_goal_steps(k, done, 1, "episode"))(
+        jax.random.split(jax.random.key(2), 600))[:, 0]
+    assert set(np.unique(rows).tolist()) == {0, 1, 2}  # before and after the anchor, same episode
+    rows = jax.vmap(lambda k: choose_goal_steps(k, done, 3, "episode"))(
+        jax.random.split(jax.random.key(3), 200))[:, 0]
+    assert set(np.unique(rows).tolist()) == {3, 4}
+
+
+def test_relabelled_goal_reward_and_termination_by_hand():
+    # s0 = 00 -> 01 -> 11 (time-out after step 1); goal 10 is never reached.
+    traj = window([[0, 0], [0, 1], [1, 1], [0, 0]], [1, 0], done_at=(1,))
+    out, relabelled = relabel_goals(ENV, traj, jax.random.key(0), 0, "final", k=10 ** 6)
+    assert bool(relabelled[0])
+    # final: the goal achieved at the episode's end, 11.
+    np.testing.assert_array_equal(np.asarray(out.obs[:, 0, 2:]), [[1, 1]] * 3)
+    np.testing.assert_array_equal(np.asarray(out.next_obs[:, 0, 2:]), [[1, 1]] * 3)
+    np.testing.assert_array_equal(np.asarray(out.obs[:, 0, :2]), np.asarray(traj.obs[:, 0, :2]))
+    # Rewards under g' = 11: step 0 reaches 01 (-1), step 1 reaches 11 (0, a success).
+    np.testing.assert_array_equal(np.asarray(out.reward[:2, 0]), [-1.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(out.terminated[:2, 0]), [False, True])
+    np.testing.assert_array_equal(np.asarray(out.truncated[:2, 0]), [False, False])
+
+
+def test_an_episode_that_ended_on_its_own_goal_is_a_time_out_for_another_goal():
+    # s0 = 00 -> 01 -> 11, the original goal 11 is reached at step 1 (terminated).
+    traj = window([[0, 0], [0, 1], [1, 1], [1, 0]], [1, 1], done_at=(1,), terminated_at=(1,))
+    np.testing.assert_array_equal(np.asarray(traj.reward[:2, 0]), [-1.0, 0.0])
+    # Find a key whose future goal is the one achieved at step 0 (01).
+    for seed in range(50):
+        out, _ = relabel_goals(ENV, traj, jax.random.key(seed), 0, "future", k=10 ** 6)
+        if np.array_equal(np.asarray(out.obs[0, 0, 2:]), [0, 1]):
+            break
+    else:
+        pytest.fail("no key chose the goal of step 0")
+    np.testing.assert_array_equal(np.asarray(out.reward[:2, 0]), [0.0, -1.0])
+    np.testing.assert_array_equal(np.asarray(out.terminated[:2, 0]), [True, False])
+    # Step 1 still ends the stored episode, but for goal 01 only by the cut: a time-out.
+    np.testing.assert_array_equal(np.asarray(out.truncated[:2, 0]), [False, True])
+
+
+def test_relabelled_fraction_is_k_over_k_plus_one():
+    env, _ = make_env("BitFlip", n=4)
+    key = jax.random.key(0)
+    S, B = 5, 20_000
+    bits = jax.random.bernoulli(key, 0.5, (S, B, 8)).astype(jnp.float32)
+    zeros = jnp.zeros((S, B))
+    traj = Trajectory(obs=bits, action=zeros.astype(jnp.int32), reward=zeros - 1.0,
+                      terminated=zeros.astype(bool), truncated=zeros.astype(bool), value=zeros,
+                      next_value=zeros, log_prob=zeros, logits=zeros[..., None],
+                      next_obs=jnp.roll(bits, -1, 0))
+    for k, expected in ((1, 0.5), (4, 0.8), (8, 8 / 9)):
+        _, relabelled = relabel_goals(env, traj, jax.random.key(k), 0, "future", k)
+        assert abs(float(relabelled.mean()) - expected) < 0.01
+
+
+def test_compute_reward_on_the_own_goal_is_the_stored_reward():
+    # What the replay holds after a few updates: compute_reward(achieved(s'), desired(s))
+    # reproduces every stored reward, so relabelling with the own goal changes nothing.
+    env, _ = make_env("BitFlip", n=3)
+    engine = make_engine(TrainConfig(algo="dqn", env="BitFlip", env_options=(("n", 3),),
+                                     num_envs=4, num_steps=12, total_timesteps=48 * 3,
+                                     buffer_size=400, batch_size=4))
+    state = engine.init(jax.random.key(0))
+    for _ in range(3):
+        state, _ = engine.update_step(state, Hparams.create())
+    exp = state.replay.experience
+    filled = int(state.replay.current_index)
+    assert filled == 36
+    recomputed = env.compute_reward(env.achieved_goal(exp.next_obs), env.desired_goal(exp.obs))
+    np.testing.assert_array_equal(np.asarray(recomputed[:, :filled]),
+                                  np.asarray(exp.reward[:, :filled]))
+    assert bool(jnp.any(exp.reward[:, :filled] == 0.0))  # some episodes reached their goal
+
+
+def test_bad_her_input_is_a_one_line_error():
+    with pytest.raises(ValueError, match="goal-conditioned environment") as error:
+        make_engine(TrainConfig(algo="dqn", env="CartPole-v1", relabel="her"))
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="k >= 1"):
+        make_engine(TrainConfig(algo="dqn", env="BitFlip", relabel="her",
+                                relabel_options=(("k", 0),)))
+    with pytest.raises(ValueError, match="unknown HER strategy"):
+        make_engine(TrainConfig(algo="dqn", env="BitFlip", relabel="her",
+                                relabel_options=(("strategy", "later"),)))
+    with pytest.raises(ValueError, match="off-policy learner"):
+        make_engine(TrainConfig(algo="ppo", env="BitFlip", relabel="her"))
+    with pytest.raises(ValueError, match="smaller than one batch"):
+        TrainConfig(algo="dqn", buffer_size=64, batch_size=128).resolved()
+
+
+def test_factory_gets_env_and_horizon():
+    relabeller = make_relabeller("her", env=ENV, horizon=7, strategy="episode")
+    assert (relabeller.past, relabeller.future) == (6, 6)
+    relabeller = make_relabeller("her", env=ENV, horizon=7, strategy="random")
+    assert (relabeller.past, relabeller.future) == (0, 0)
+
+
+def test_relabelling_only_the_trained_rows_equals_relabelling_the_window():
+    env, _ = make_env("BitFlip", n=3)
+    relabeller = make_relabeller("her", env=env, horizon=3, strategy="episode", k=4)
+    key = jax.random.key(0)
+    S, B = 5, 64
+    bits = jax.random.bernoulli(key, 0.5, (S + 1, B, 6)).astype(jnp.float32)
+    done = jax.random.bernoulli(jax.random.key(1), 0.3, (S, B))
+    zeros = jnp.zeros((S, B))
+    traj = Trajectory(obs=bits[:-1], action=zeros.astype(jnp.int32), reward=zeros - 1.0,
+                      terminated=done, truncated=zeros.astype(bool), value=zeros,
+                      next_value=zeros, log_prob=zeros, logits=zeros[..., None],
+                      next_obs=bits[1:])
+    whole = relabeller.relabel(traj, jax.random.key(2))
+    a = relabeller.past
+    rows = jax.tree.map(lambda x: x[a:a + 2], traj)
+    fast, relabelled = relabeller.relabel_rows(rows, traj.done,
+                                               env.achieved_goal(traj.next_obs),
+                                               jax.random.key(2))
+    for name in ("obs", "next_obs", "reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(np.asarray(getattr(fast, name)),
+                                      np.asarray(getattr(whole, name))[a:a + 2])
+    assert 0.6 < float(relabelled.mean()) < 0.95
