@@ -236,6 +236,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         def gradient_steps(agent):
             def one(agent, step_key):
                 return learn(state.replace(agent=agent), hparams, step_key, lr)
+            if config.gradient_steps == 1:  # no loop of one iteration (faster on XLA:CPU)
+                return one(agent, jax.random.split(learn_key, 1)[0])
             agent, metrics = jax.lax.scan(one, agent,
                                           jax.random.split(learn_key, config.gradient_steps))
             return agent, jax.tree.map(jnp.mean, metrics)
@@ -246,9 +248,10 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         agent, metrics = jax.lax.cond(ready, gradient_steps, skipped, state.agent)
         update = state.update + 1
         refresh = (update % config.target_update_every) == 0
-        target = jax.tree.map(
-            lambda online, old: jnp.where(refresh, optax.incremental_update(
-                online, old, hparams.tau), old), agent.params, state.target_params)
+        target = jax.lax.cond(
+            refresh, lambda: optax.incremental_update(agent.params, state.target_params,
+                                                      hparams.tau),
+            lambda: state.target_params)
         count = episodes.count
         metrics.update({
             "episode_return": jnp.where(count > 0, episodes.return_sum / count, jnp.nan),
