@@ -6,7 +6,9 @@ DQN with HER (``future``, k = 4) up to n = 50. Here both run on the off-policy e
 program per (n, learner) with every seed vmapped, each a run directory. The metric is the
 greedy policy's success rate ``eval/success_rate_greedy`` (the paper's test episodes), measured
 inside the run on fresh episodes. A second table is the strategy ablation (the paper's Sec. 4.5)
-at one hard n: ``final``, ``future``, ``episode`` and ``random``, each with k = 4.
+at one hard n: ``final``, ``future``, ``episode`` and ``random``, each with k = 4. A third is
+the same comparison on goal navigation (``GoalGrid``, a size × size grid), the goal task beyond
+bit strings.
 
     python experiments/her_bitflip/run.py --size smoke       # a 1-minute check
     python experiments/her_bitflip/run.py --size cpu         # the committed results
@@ -37,11 +39,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/success_rate_greedy"
 STRATEGIES = ("final", "future", "episode", "random")
 SIZES = {
-    "smoke": dict(bits=(5, 8), updates=30, seeds=2, ablation_bits=5, buffer=20_000),
+    "smoke": dict(bits=(5, 8), updates=30, seeds=2, ablation_bits=5, buffer=20_000, grid=4,
+                  grid_updates=20),
     "cpu": dict(bits=(5, 10, 15, 20, 25, 30, 40, 50), updates=1000, seeds=8, ablation_bits=20,
-                buffer=100_000),
+                buffer=100_000, grid=16, grid_updates=300),
     "paper": dict(bits=(5, 10, 15, 20, 25, 30, 40, 50), updates=4000, seeds=8, ablation_bits=40,
-                  buffer=1_000_000),
+                  buffer=1_000_000, grid=32, grid_updates=2000),
 }
 EPISODES_PER_UPDATE = 16
 GRADIENT_STEPS = 40
@@ -69,11 +72,14 @@ def case(n: int, learner: str, updates: int, buffer: int, strategy: str = "futur
          group: str = "bits") -> X.Case:
     relabel = dict(relabel="her", relabel_options=(("k", 4), ("strategy", strategy))) \
         if learner != "DQN" else {}
+    # n is the number of bits, or for the grid group the grid's size (episodes of 2n steps).
+    env, options, steps = (("GoalGrid", (("size", n),), 2 * n) if group == "grid"
+                           else ("BitFlip", (("n", n),), n))
     config = TrainConfig(
-        algo="dqn", estimator="q_learning", env="BitFlip", env_options=(("n", n),),
-        num_envs=EPISODES_PER_UPDATE, num_steps=n,
-        total_timesteps=EPISODES_PER_UPDATE * n * updates, buffer_size=buffer, batch_size=128,
-        learning_starts=EPISODES_PER_UPDATE * n, gradient_steps=GRADIENT_STEPS,
+        algo="dqn", estimator="q_learning", env=env, env_options=options,
+        num_envs=EPISODES_PER_UPDATE, num_steps=steps,
+        total_timesteps=EPISODES_PER_UPDATE * steps * updates, buffer_size=buffer,
+        batch_size=128, learning_starts=EPISODES_PER_UPDATE * steps, gradient_steps=GRADIENT_STEPS,
         target_update_every=1, hidden_sizes=(256,), activation="relu",
         eval_every=max(1, updates // 20), eval_episodes=32, **relabel)
     name = f"{group}/n{n}/{learner.replace(' ', '_').replace('+', '_').replace('=', '')}"
@@ -122,6 +128,15 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                                              {"n": shared[0].labels["n"],
                                               "learner": "HER future", "group": "ablation"})],
                           key=lambda c: STRATEGIES.index(c.labels["learner"].split()[1]))
+    grid = [c for c in cases if c.labels["group"] == "grid"]
+    if grid:
+        size = grid[0].labels["n"]
+        learners_grid = [c.labels["learner"] for c in grid]
+        lines += [f"### GoalGrid {size} × {size} ({meta['grid_updates']} updates of "
+                  f"{EPISODES_PER_UPDATE} episodes, {2 * size} steps each)", ""]
+        for key in ("final", "area"):
+            lines += X.markdown_table([f"size={size}"], learners_grid, cell("grid", key),
+                                      corner=key) + [""]
     if ablation:
         n = ablation[0].labels["n"]
         strategies = [c.labels["learner"] for c in ablation]
@@ -195,6 +210,8 @@ def main(argv=None) -> int:
             # `future` at that n is the main comparison's DQN+HER run when there is one.
             cases += [case(n, f"HER {s}", updates, size["buffer"], s, "ablation")
                       for s in STRATEGIES if s != "future" or n not in bits]
+        cases += [case(size["grid"], learner, size["grid_updates"], size["buffer"],
+                       group="grid") for learner in ("DQN", "DQN+HER")]
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
@@ -203,6 +220,7 @@ def main(argv=None) -> int:
     start = time.time()
     timings = X.run_cases(cases, out, num_seeds=seeds, seed=2017, num_chunks=2)
     meta = {"size": args.size, "seeds": seeds, "updates": updates, "bits": list(bits),
+            "grid": size["grid"], "grid_updates": size["grid_updates"],
             "hparams": HPARAMS, "buffer_size": size["buffer"],
             "seconds": {k: v["seconds"] for k, v in timings.items()},
             "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
