@@ -140,7 +140,7 @@ def test_dqn_resume_with_a_full_replay_equals_the_uninterrupted_run(tmp_path):
     assert full["finished"]
     part = tmp_path / "part"
     first = run_experiment(SMALL, spec, part, progress=False, plot=False, max_chunks=1)
-    assert first["updates"] == 20  # 80 transitions stored, the 96-slot buffer wraps next chunk
+    assert first["updates"] == 20  # 160 transitions written: the 96-slot buffer is full
     run_experiment(None, None, part, resume=True, progress=False, plot=False)
     assert (part / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
     columns = runlog.read_metrics(part / "metrics.csv")
@@ -182,8 +182,8 @@ def test_replay_sampling_is_flashbax_sampling():
 
 @pytest.mark.slow
 def test_bitflip_10_is_solved_with_her_and_not_without_in_the_same_budget():
-    # The paper's bit-flipping settings (experiments/her_bitflip), 2 seeds, 100 cycles of 16
-    # episodes: HER's relabelled goals make the reward informative, plain DQN sees -1 only.
+    # The paper's bit-flipping settings (experiments/her_bitflip), 2 seeds, 100 updates of
+    # 16 envs x 10 steps: HER's relabelled goals make the reward informative, plain DQN sees -1.
     results = {}
     for relabel in (None, "her"):
         config = TrainConfig(algo="dqn", estimator="q_learning", env="BitFlip",

@@ -176,3 +176,64 @@ def test_relabelling_only_the_trained_rows_equals_relabelling_the_window():
         np.testing.assert_array_equal(np.asarray(getattr(fast, name)),
                                       np.asarray(getattr(whole, name))[a:a + 2])
     assert 0.6 < float(relabelled.mean()) < 0.95
+
+
+def test_the_engine_trains_on_the_relabelled_rows_it_says():
+    # `episode` (anchor = horizon − 1) with 2-step targets: engine.learn's loss equals the loss
+    # rebuilt from the whole sampled window, relabelled, cut to rows anchor .. anchor + 1.
+    from jaxcredit.estimators import q_learning
+
+    config = TrainConfig(algo="dqn", env="BitFlip", env_options=(("n", 3),), relabel="her",
+                         relabel_options=(("k", 4), ("strategy", "episode")), n_step=2,
+                         num_envs=4, num_steps=3, total_timesteps=4 * 3 * 10, buffer_size=240,
+                         batch_size=16, learning_starts=0, hidden_sizes=(8,))
+    engine = make_engine(config)
+    assert engine.anchor == 2 and engine.replay.window == 2 + max(2, 1 + 2)
+    hp = Hparams.create()
+    state = engine.init(jax.random.key(0))
+    for _ in range(4):
+        state, _ = engine.update_step(state, hp)
+    key = jax.random.key(5)
+    _, metrics = engine.learn(state, hp, key, 1e-3)
+    sample_key, relabel_key = jax.random.split(key)
+    window = engine.replay.sample(state.replay, sample_key)
+    rows = jax.tree.map(lambda x: x[2:4], engine.relabeller.relabel(window, relabel_key))
+    apply = engine.network.apply
+    bootstrap = q_learning.double_q_learning_bootstrap(apply(state.target_params, rows.next_obs),
+                                                       apply(state.agent.params, rows.next_obs))
+    target = q_learning.n_step_q_targets(rows.reward, rows.terminated, rows.truncated, bootstrap,
+                                         hp.gamma, 2)[0]
+    q = jnp.take_along_axis(apply(state.agent.params, rows.obs[0]), rows.action[0][:, None],
+                            axis=-1)[:, 0]
+    np.testing.assert_allclose(float(metrics["loss"]), float(jnp.mean((q - target) ** 2)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["reward_mean"]), float(rows.reward[0].mean()))
+    assert 0.5 < float(metrics["relabel/fraction"]) <= 1.0
+
+
+def test_random_goals_come_from_any_column():
+    # Two columns whose achieved goals differ: `random` draws from both, `future` only its own.
+    traj = window([[0, 0], [0, 1], [1, 1], [1, 0]], [0, 0], done_at=())
+    other = window([[1, 0], [1, 0], [1, 0], [1, 0]], [0, 0], done_at=())
+    both = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), traj, other)
+    goals = {name: set() for name in ("random", "future")}
+    for seed in range(60):
+        for strategy in goals:
+            out, _ = relabel_goals(ENV, both, jax.random.key(seed), 0, strategy, k=10 ** 6)
+            goals[strategy].add(tuple(np.asarray(out.obs[0, 0, 2:]).astype(int).tolist()))
+    assert goals["future"] == {(0, 1), (1, 1), (1, 0)}  # column 0's own next states
+    assert (1, 0) in goals["random"] and len(goals["random"]) == 3
+
+
+def test_a_termination_that_is_not_a_success_stays_terminal():
+    # A goal task that can also end in a pit: the stored termination at step 1 did not reach
+    # the original goal, so it is still a termination under any relabelled goal.
+    traj = window([[0, 0], [0, 1], [1, 1], [0, 0]], [1, 0], done_at=(1,), terminated_at=(1,))
+    out, _ = relabel_goals(ENV, traj, jax.random.key(0), 0, "final", k=10 ** 6)
+    np.testing.assert_array_equal(np.asarray(out.terminated[:2, 0]), [False, True])
+    np.testing.assert_array_equal(np.asarray(out.truncated[:2, 0]), [False, False])
+
+
+def test_her_refuses_a_reward_changing_wrapper():
+    with pytest.raises(ValueError, match="changes its rewards"):
+        make_engine(TrainConfig(algo="dqn", env="DelayedReward-BitFlip", relabel="her"))

@@ -17,7 +17,8 @@ bit strings.
 Set-up (the paper's DQN bit-flipping settings where stated, docs in the README): one hidden
 layer of 256 ReLU units, Adam lr 1e-3, batch 128, γ = 0.98, ε-greedy with ε = 0.2, a "cycle" of
 16 episodes followed by 40 gradient steps and a Polyak target update with τ = 0.05. One engine
-update is one cycle (16 environments × n steps).
+update is one cycle: 16 auto-resetting environments × n steps, which is 16 episodes while no
+episode ends early (once the agent succeeds, episodes end sooner and more of them fit).
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         return fn
 
     lines = [f"Bit flipping, size '{meta['size']}': {meta['seeds']} seeds per cell, "
-             f"{meta['updates']} updates of {EPISODES_PER_UPDATE} episodes per run "
-             f"({meta['updates'] * EPISODES_PER_UPDATE:,} episodes, "
+             f"{meta['updates']} updates of {EPISODES_PER_UPDATE} environments × n steps per run "
+             f"({meta['updates'] * EPISODES_PER_UPDATE:,} · n env steps, "
              f"{meta['updates'] * GRADIENT_STEPS:,} gradient steps); mean ± 95% CI (Student t) "
              "over seeds of the greedy policy's success rate on 32 fresh episodes.", ""]
     rows = [f"n={n}" for n in ns]
@@ -133,7 +134,7 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         size = grid[0].labels["n"]
         learners_grid = [c.labels["learner"] for c in grid]
         lines += [f"### GoalGrid {size} × {size} ({meta['grid_updates']} updates of "
-                  f"{EPISODES_PER_UPDATE} episodes, {2 * size} steps each)", ""]
+                  f"{EPISODES_PER_UPDATE} environments × {2 * size} steps)", ""]
         for key in ("final", "area"):
             lines += X.markdown_table([f"size={size}"], learners_grid, cell("grid", key),
                                       corner=key) + [""]

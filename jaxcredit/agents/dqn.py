@@ -152,6 +152,9 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
     goals = goal_env(env)
     double = config.estimator == "double_q"
     U = config.num_updates
+    # The first update after which learning_starts env steps are stored (in Python: no int32
+    # step count to overflow in long runs).
+    first_learning_update = -(-config.learning_starts // (T * N))
     eval_steps = config.eval_max_steps or int(horizon or DEFAULT_EVAL_MAX_STEPS)
 
     def init(key: Array) -> DQNState:
@@ -230,8 +233,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         state = state.replace(replay=stored, runner=runner)
         lr = hparams.lr * (1.0 - state.update.astype(jnp.float32) / U
                            if config.anneal_lr else 1.0)
-        collected = (state.update + 1) * (T * N)
-        ready = replay.can_sample(stored) & (collected >= config.learning_starts)
+        ready = replay.can_sample(stored) & (state.update + 1 >= first_learning_update)
 
         def gradient_steps(agent):
             def one(agent, step_key):

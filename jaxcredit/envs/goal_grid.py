@@ -4,8 +4,8 @@ An agent on a ``size × size`` grid must reach a goal cell. Start and goal are d
 goal ≠ start; actions 0–3 move up / down / left / right (a move into the border leaves the agent
 in place). The reward of a step is r = −[position' ≠ goal] (0 on the step that reaches the goal,
 −1 otherwise), reaching the goal **terminates** the episode, and episodes are truncated after
-``max_steps_in_episode`` steps (default ``2 · size``, twice the mean start-to-goal distance and
-enough for the longest, 2·(size − 1)).
+``max_steps_in_episode`` steps (default ``2 · size``: about three times the mean start-to-goal
+distance, and enough for the longest, 2·(size − 1)).
 
 Observation: float32 ``concat(position, goal) / (size − 1)``, four numbers in [0, 1]. The task is
 goal-conditioned (``jaxcredit.envs.goals``): the achieved goal is the (scaled) position, and

@@ -109,7 +109,11 @@ def apply_goals(goals: Any, trajectory: Trajectory, achieved_next: Array, goal: 
     goal_t = jnp.broadcast_to(goal[None], achieved_next.shape)
     reward = goals.compute_reward(achieved_next, goal_t).astype(trajectory.reward.dtype)
     if goals.terminates_on_success:
-        terminated = goals.success(achieved_next, goal_t)
+        # Success on g' terminates; a stored termination that was not the original goal's
+        # success (a pit, a crash) still terminates; one that was becomes a time-out for g'.
+        own_success = goals.success(achieved_next, goals.desired_goal(trajectory.obs))
+        terminated = goals.success(achieved_next, goal_t) | (trajectory.terminated
+                                                             & ~own_success)
         truncated = trajectory.done & ~terminated
     else:
         terminated, truncated = trajectory.terminated, trajectory.truncated
@@ -130,6 +134,17 @@ def relabel_goals(goals: Any, trajectory: Trajectory, key: Array, anchor: int, s
                                     goals.desired_goal(trajectory.obs[anchor]), key, anchor,
                                     strategy, k)
     return apply_goals(goals, trajectory, achieved_next, goal, relabelled), relabelled
+
+
+def _changes_rewards(env: Any, goals: Any) -> bool:
+    """A ``DelayedReward`` wrapper sits between ``env`` and its goal-conditioned core."""
+    from jaxcredit.envs.wrappers import DelayedReward  # noqa: PLC0415
+
+    while env is not None and env is not goals:
+        if isinstance(env, DelayedReward):
+            return True
+        env = getattr(env, "_env", None)
+    return False
 
 
 def her(strategy: str = "future", k: int = 4, env: Any = None, horizon: int | None = None
@@ -154,6 +169,10 @@ def her(strategy: str = "future", k: int = 4, env: Any = None, horizon: int | No
         raise ValueError(f"her needs a goal-conditioned environment (jaxcredit.envs.goals: "
                          f"desired/achieved goals and compute_reward); "
                          f"{getattr(env, 'name', type(env).__name__)!r} has none")
+    if _changes_rewards(env, goals):
+        raise ValueError("her recomputes per-step goal rewards, but this environment's wrapper "
+                         "changes its rewards (DelayedReward): the relabelled and the original "
+                         "replays would follow different reward functions")
     if horizon is None or horizon < 1:
         raise ValueError("her needs the environment's episode length (max_steps_in_episode) to "
                          "know how much of an episode a replayed window must hold")
