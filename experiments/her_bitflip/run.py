@@ -41,11 +41,11 @@ METRIC = "eval/success_rate_greedy"
 STRATEGIES = ("final", "future", "episode", "random")
 SIZES = {
     "smoke": dict(bits=(5, 8), updates=30, seeds=2, ablation_bits=5, buffer=20_000, grid=4,
-                  grid_updates=20),
+                  grid_updates=20, long=None),
     "cpu": dict(bits=(5, 10, 15, 20, 25, 30, 40, 50), updates=1000, seeds=8, ablation_bits=20,
-                buffer=100_000, grid=16, grid_updates=300),
+                buffer=100_000, grid=16, grid_updates=300, long=(50, 2000)),
     "paper": dict(bits=(5, 10, 15, 20, 25, 30, 40, 50), updates=4000, seeds=8, ablation_bits=40,
-                  buffer=1_000_000, grid=32, grid_updates=2000),
+                  buffer=1_000_000, grid=32, grid_updates=2000, long=None),
 }
 EPISODES_PER_UPDATE = 16
 GRADIENT_STEPS = 40
@@ -138,6 +138,12 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         for key in ("final", "area"):
             lines += X.markdown_table([f"size={size}"], learners_grid, cell("grid", key),
                                       corner=key) + [""]
+    for c in (c for c in cases if c.labels["group"] == "long"):
+        r = results[c.name]
+        lines += [f"### n = {c.labels['n']} with DQN+HER over {c.config.num_updates:,} updates "
+                  f"(twice the budget)", "",
+                  f"final {X.mean_ci_cell(r['final'], 2)}, area {X.mean_ci_cell(r['area'], 2)}",
+                  ""]
     if ablation:
         n = ablation[0].labels["n"]
         strategies = [c.labels["learner"] for c in ablation]
@@ -213,6 +219,10 @@ def main(argv=None) -> int:
                       for s in STRATEGIES if s != "future" or n not in bits]
         cases += [case(size["grid"], learner, size["grid_updates"], size["buffer"],
                        group="grid") for learner in ("DQN", "DQN+HER")]
+        if size["long"] and not args.bits and not args.updates:
+            # The largest n once more with twice the budget: is it solved given more cycles?
+            cases.append(case(size["long"][0], "DQN+HER", size["long"][1], size["buffer"],
+                              group="long"))
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
