@@ -266,3 +266,33 @@ class OutputArgs:
     """copy the report into the experiment's committed results/ folder"""
     force: bool = False
     """with --publish: replace the published report"""
+
+
+def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Sequence[Case],
+                   meta: dict, report: Callable, num_seeds: int, seed: int,
+                   argv: Sequence[str] | None = None, num_chunks: int = 4) -> int:
+    """An experiment script's second half: train ``cases`` into ``args.out`` (or a new folder),
+    write ``report(out, cases, meta) -> files`` with the timings and the command added to
+    ``meta``, and publish into ``here/results`` if asked. Returns the exit status (2 when the
+    published results would be replaced without ``--force``)."""
+    import sys  # noqa: PLC0415
+
+    out = pathlib.Path(args.out) if args.out else default_out(name)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    timings = run_cases(cases, out, num_seeds=num_seeds, seed=seed, num_chunks=num_chunks)
+    meta = dict(meta, seconds={k: v["seconds"] for k, v in timings.items()},
+                train_seconds=sum(v["seconds"] or 0.0 for v in timings.values()),
+                wall_seconds=time.time() - start,
+                command=f"python experiments/{name}/run.py " + " ".join(
+                    sys.argv[1:] if argv is None else argv))
+    files = report(out, cases, meta)
+    print(f"report in {out}: {', '.join(files)}")
+    if args.publish:
+        try:
+            publish(out, pathlib.Path(here) / "results", files, args.force)
+        except ValueError as err:
+            print(f"run.py: error: {err}", file=sys.stderr)
+            return 2
+        print(f"published to {pathlib.Path(here) / 'results'}")
+    return 0

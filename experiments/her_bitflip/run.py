@@ -27,7 +27,6 @@ import dataclasses
 import json
 import pathlib
 import sys
-import time
 from typing import Optional
 
 import numpy as np
@@ -226,29 +225,11 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
-    out = pathlib.Path(args.out) if args.out else X.default_out("her_bitflip")
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    timings = X.run_cases(cases, out, num_seeds=seeds, seed=2017, num_chunks=2)
     meta = {"size": args.size, "seeds": seeds, "updates": updates, "bits": list(bits),
             "grid": size["grid"], "grid_updates": size["grid_updates"],
-            "hparams": HPARAMS, "buffer_size": size["buffer"],
-            "seconds": {k: v["seconds"] for k, v in timings.items()},
-            "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
-            "wall_seconds": time.time() - start,
-            "command": "python experiments/her_bitflip/run.py " + " ".join(
-                sys.argv[1:] if argv is None else argv)}
-    files = report(out, cases, meta)
-    print(f"report in {out}: {', '.join(files)}")
-    if args.publish:
-        try:
-            X.publish(out, HERE / "results", files, args.force)
-        except ValueError as err:
-            print(f"run.py: error: {err}", file=sys.stderr)
-            return 2
-        print(f"published to {HERE / 'results'}")
-    return 0
-
+            "hparams": HPARAMS, "buffer_size": size["buffer"]}
+    return X.run_and_report("her_bitflip", HERE, args, cases, meta, report, seeds, 2017, argv,
+                            num_chunks=2)
 
 if __name__ == "__main__":
     sys.exit(main())

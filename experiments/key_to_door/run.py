@@ -28,7 +28,6 @@ import dataclasses
 import json
 import pathlib
 import sys
-import time
 from typing import Optional
 
 import numpy as np
@@ -208,29 +207,10 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
-    out = pathlib.Path(args.out) if args.out else X.default_out("key_to_door")
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    timings = X.run_cases(cases, out, num_seeds=seeds, seed=2023)
     meta = {"size": args.size, "seeds": seeds, "updates": updates, "lengths": list(lengths),
             "learners": list(learners), "num_envs": NUM_ENVS,
-            "hparams": {c.name: c.settings[0] for c in cases},
-            "seconds": {k: v["seconds"] for k, v in timings.items()},
-            "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
-            "wall_seconds": time.time() - start,
-            "command": "python experiments/key_to_door/run.py " + " ".join(
-                sys.argv[1:] if argv is None else argv)}
-    files = report(out, cases, meta)
-    print(f"report in {out}: {', '.join(files)}")
-    if args.publish:
-        try:
-            X.publish(out, HERE / "results", files, args.force)
-        except ValueError as err:
-            print(f"run.py: error: {err}", file=sys.stderr)
-            return 2
-        print(f"published to {HERE / 'results'}")
-    return 0
-
+            "hparams": {c.name: c.settings[0] for c in cases}}
+    return X.run_and_report("key_to_door", HERE, args, cases, meta, report, seeds, 2023, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

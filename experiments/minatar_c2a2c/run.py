@@ -27,7 +27,6 @@ import dataclasses
 import json
 import pathlib
 import sys
-import time
 from typing import Optional
 
 import numpy as np
@@ -159,29 +158,11 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
-    out = pathlib.Path(args.out) if args.out else X.default_out("minatar_c2a2c")
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    timings = X.run_cases(cases, out, num_seeds=seeds, seed=2106)
     meta = {"size": args.size, "seeds": seeds, "steps": steps, "games": list(games),
             "variants": list(variants), "learners": list(learners), "hparams": HPARAMS,
-            "num_envs": NUM_ENVS, "num_steps": NUM_STEPS, "hidden": list(size["hidden"]),
-            "seconds": {k: v["seconds"] for k, v in timings.items()},
-            "train_seconds": sum(v["seconds"] or 0.0 for v in timings.values()),
-            "wall_seconds": time.time() - start,
-            "command": "python experiments/minatar_c2a2c/run.py " + " ".join(
-                sys.argv[1:] if argv is None else argv)}
-    files = report(out, cases, meta)
-    print(f"report in {out}: {', '.join(files)}")
-    if args.publish:
-        try:
-            X.publish(out, HERE / "results", files, args.force)
-        except ValueError as err:
-            print(f"run.py: error: {err}", file=sys.stderr)
-            return 2
-        print(f"published to {HERE / 'results'}")
-    return 0
-
+            "num_envs": NUM_ENVS, "num_steps": NUM_STEPS, "hidden": list(size["hidden"])}
+    return X.run_and_report("minatar_c2a2c", HERE, args, cases, meta, report, seeds, 2106,
+                            argv)
 
 if __name__ == "__main__":
     sys.exit(main())
