@@ -78,12 +78,15 @@ class FitState:
       opt_state: its Adam state.
       buffer: the ``windows − 1`` most recent earlier windows ``[W−1, T, N, ...]``, or None.
       filled: int32, how many buffer windows hold data yet.
+      memory: what the stage itself keeps between updates (a redistributor's episode memory,
+        ``jaxcredit.redistribute``), or None.
     """
 
     params: Any
     opt_state: Any
     buffer: Optional[Trajectory] = None
     filled: Any = None
+    memory: Any = None
 
 
 def init_fit_state(params: Any, example: Trajectory, schedule: FitSchedule) -> FitState:
@@ -129,8 +132,13 @@ def _data(fit: FitState, fresh: Trajectory) -> tuple[Trajectory, Array]:
 
 
 def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, lr: Array,
-        max_grad_norm: Array, key: Array, schedule: FitSchedule) -> tuple[FitState, dict]:
+        max_grad_norm: Array, key: Array, schedule: FitSchedule,
+        sample: Optional[Callable[[Array], Any]] = None) -> tuple[FitState, dict]:
     """``schedule.steps`` Adam steps of ``loss_fn`` on minibatches of whole windows.
+
+    With ``sample`` (``key -> batch``, a stage with a memory of its own, such as a buffer of
+    whole episodes), every step fits the batch ``sample`` draws instead; ``minibatches`` and
+    ``windows`` of the schedule do not apply.
 
     Returns the new state (the fresh window pushed into the buffer) and metrics: ``loss`` (mean
     over the steps), ``loss_first`` and ``loss_last`` (the first and last step's minibatch loss,
@@ -140,13 +148,18 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
     size = fresh.action.shape[1] // schedule.minibatches
     log_valid = jnp.where(valid, 0.0, -jnp.inf)
 
-    def step(carry, step_key):
-        params, opt_state = carry
-        pick_key, loss_key = jax.random.split(step_key)
+    def draw(pick_key):
+        if sample is not None:
+            return sample(pick_key)
         # A uniform draw of `size` valid columns without replacement (Gumbel top-k).
         scores = jax.random.gumbel(pick_key, valid.shape) + log_valid
         columns = jax.lax.top_k(scores, size)[1]
-        batch = jax.tree.map(lambda x: jnp.take(x, columns, axis=1), data)
+        return jax.tree.map(lambda x: jnp.take(x, columns, axis=1), data)
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        pick_key, loss_key = jax.random.split(step_key)
+        batch = draw(pick_key)
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, batch, hparams, loss_key)
         params, opt_state, grad_norm = adam_step(params, opt_state, grads, lr, max_grad_norm,
@@ -167,4 +180,5 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
         buffer = jax.tree.map(lambda old, new: jnp.concatenate([new[None], old[:-1]]),
                               buffer, fresh)
         filled = jnp.minimum(filled + 1, buffer.action.shape[0])
-    return FitState(params=params, opt_state=opt_state, buffer=buffer, filled=filled), metrics
+    return fit_state.replace(params=params, opt_state=opt_state, buffer=buffer,
+                             filled=filled), metrics

@@ -133,3 +133,36 @@ def kl_divergence(log_p: Array, log_q: Array, weight: Array) -> Array:
     """Σ w · KL(p ‖ q) / Σ w, with KL over the last axis (distributions given as log-probs)."""
     kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
     return jnp.sum(weight * kl) / jnp.maximum(jnp.sum(weight), 1e-12)
+
+
+def has_undelayed_truth(env: Any) -> bool:
+    """A ``DelayedReward`` environment over an environment with ground truth: J(π) and the
+    Q-values of the undelayed reward are its reference (``wrappers.DelayedReward``)."""
+    inner = getattr(env, "undelayed", None)
+    return inner is not None and has_ground_truth(inner)
+
+
+def redistribution_quality(mdp: tabular.TabularMDP, pi: Array, gamma: Array, state: Array,
+                           action: Array, reward: Array) -> dict[str, Array]:
+    """How a redistributed reward ``[T, *batch]`` relates to the exact Q of ``pi``.
+
+    * ``advantage_correlation``: Pearson correlation over the window's steps of the new reward
+      r̃_t with the exact advantage A^π(s_t, a_t) of the action taken;
+    * ``decisive_share``: the share of Σ|r̃_t| that lands on *decisive* steps, those in states
+      whose actions' exact Q-values differ (on an aliased chain whose actions change nothing,
+      every step but the decisive one has equal Q-values).
+    """
+    q = tabular.action_values(mdp, pi, gamma)
+    advantage = q - jnp.sum(pi * q, axis=-1, keepdims=True)
+    taken = advantage[state, action]
+    spread = jnp.max(q, axis=-1) - jnp.min(q, axis=-1)
+    decisive = (spread > 1e-5 * (1.0 + jnp.max(jnp.abs(q), axis=-1)))[state]
+    r = reward - reward.mean()
+    a = taken - taken.mean()
+    denom = jnp.sqrt(jnp.sum(r * r) * jnp.sum(a * a))
+    magnitude = jnp.abs(reward)
+    return {
+        "advantage_correlation": jnp.where(denom > 0, jnp.sum(r * a) / denom, jnp.nan),
+        "decisive_share": jnp.sum(jnp.where(decisive, magnitude, 0.0))
+        / jnp.maximum(jnp.sum(magnitude), 1e-12),
+    }

@@ -206,17 +206,24 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         raise ValueError(f"relabel stage {config.relabel!r} relabels replayed transitions and "
                          f"needs the off-policy learner (--algo dqn): a policy gradient on "
                          f"relabelled goals would be off-policy")
-    redistributor = (make_redistributor(config.redistribute, **dict(config.redistribute_options))
+    redistributor = (_make_redistributor(config, _episode_horizon(env_params))
                      if config.redistribute else None)
     needs_return_law = estimator.exact_model == "return_hindsight"
     ground_truth = gt_lib.make_ground_truth(env, env_params, needs_return_law)
+    # What evaluation and the redistribution diagnostics may read: the ground truth, or under
+    # DelayedReward the inner environment's (same J(π), same Q of the undelayed reward), which
+    # the credit stages may not read (the oracles need the delayed process's own MDP).
+    reference, reference_index = ground_truth, (env.state_index if ground_truth else None)
+    if ground_truth is None and gt_lib.has_undelayed_truth(env):
+        reference = gt_lib.make_ground_truth(env.undelayed, env_params, False)
+        reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     exact_twin = _exact_twin(estimator, ground_truth, config)
     obs_shape = tuple(env.observation_space(env_params).shape)
     network = ActorCritic(num_actions, config.hidden_sizes, config.activation,
                           obs_ndim=max(len(obs_shape), 1))
     T, N = config.num_steps, config.num_envs
     M, E = config.num_minibatches, config.update_epochs
-    state_index = env.state_index if ground_truth is not None else None
+    state_index = reference_index
     success = success_fn(env)
     eval_steps = config.eval_max_steps or int(
         getattr(env_params, "max_steps_in_episode", 0) or DEFAULT_EVAL_MAX_STEPS)
@@ -229,7 +236,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             terminated=zeros.astype(bool), truncated=zeros.astype(bool), value=zeros,
             next_value=zeros, log_prob=zeros, logits=jnp.zeros((T, N, num_actions), jnp.float32),
             next_obs=obs,
-            state=None if ground_truth is None else jnp.zeros((T, N), jnp.int32))
+            state=None if reference is None else jnp.zeros((T, N), jnp.int32))
 
     def init(key: Array) -> TrainState:
         net_key, est_key, rd_key, env_key, run_key, eval_key = jax.random.split(key, 6)
@@ -238,12 +245,15 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         example = example_trajectory(runner.obs.dtype)
         est_params = {} if estimator.is_oracle else estimator.init(est_key, example)
         rd_params = redistributor.init(rd_key, example) if redistributor else {}
+        rd_memory = (redistributor.init_memory(example)
+                     if redistributor is not None and redistributor.init_memory else None)
         state = TrainState(
             agent=AgentState(agent_params, optax.scale_by_adam(eps=ADAM_EPS).init(agent_params)),
             estimator=init_fit_state(est_params, example, config.estimator_fit)
             if estimator.learned else FitState(est_params, {}),
-            redistributor=init_fit_state(rd_params, example, config.redistribute_fit)
-            if redistributor is not None and redistributor.learned else FitState(rd_params, {}),
+            redistributor=(init_fit_state(rd_params, example, config.redistribute_fit)
+                           if redistributor is not None and redistributor.learned
+                           else FitState(rd_params, {})).replace(memory=rd_memory),
             runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32))
         # Strong dtypes everywhere (gymnax states hold weakly typed Python scalars): a restored
         # checkpoint has strong dtypes, and the same types mean the same compiled program.
@@ -280,18 +290,39 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         pi = gt_lib.policy_table(network, state.agent.params, mdp)
         return gt_lib.exact_model_params(kind, ground_truth, mdp, pi, hparams.gamma)
 
+    def redistribution_quality(state: TrainState, hparams: Hparams, original: Trajectory,
+                               traj: Trajectory) -> Metrics:
+        """The new rewards against the exact Q of the current policy (tabular environments)."""
+        mdp = reference.mdp()
+        pi = gt_lib.policy_table(network, state.agent.params, mdp)
+        return gt_lib.redistribution_quality(mdp, pi, hparams.gamma, original.state,
+                                             original.action, traj.reward)
+
     def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
         rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
         metrics = {}
         rd_state, est_state = state.redistributor, state.estimator
         if redistributor is not None:
             if redistributor.learned:
+                sample = (None if redistributor.sample is None
+                          else lambda k: redistributor.sample(rd_state.memory, k))
                 rd_state, fit_metrics = fit(
                     redistributor.loss, rd_state, traj, hparams,
                     hparams.redistributor_lr * lr_scale(state, config.redistribute_anneal_lr),
-                    hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute_fit)
+                    hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute_fit,
+                    sample)
                 metrics.update({f"redistribute/{k}": v for k, v in fit_metrics.items()})
-            traj = redistributor.redistribute(rd_state.params, traj, rd_key)
+            original = traj
+            if redistributor.init_memory is not None:
+                traj, memory, rd_metrics = redistributor.redistribute(
+                    rd_state.params, traj, rd_key, rd_state.memory)
+                rd_state = rd_state.replace(memory=memory)
+                metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
+            else:
+                traj = redistributor.redistribute(rd_state.params, traj, rd_key)
+            if reference is not None:
+                metrics.update({f"redistribute/{k}": v for k, v in redistribution_quality(
+                    state, hparams, original, traj).items()})
         if estimator.is_oracle:
             params = exact_params(state, hparams, estimator.exact_model)
         else:
@@ -374,11 +405,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         played = play_episodes(env, env_params, policy, play_key, config.eval_episodes,
                                eval_steps, success)
         metrics = {f"eval/{k}": v for k, v in played.items()}
-        if ground_truth is not None:
-            mdp = ground_truth.mdp()
+        if reference is not None:
+            mdp = reference.mdp()
             pi = gt_lib.policy_table(network, state.agent.params, mdp)
-            metrics["eval/exact_return"] = gt_lib.exact_return(ground_truth, mdp, pi)
-            metrics.update({f"eval/{k}": v for k, v in ground_truth.task_metrics(pi).items()})
+            metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
+            metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
         if exact_twin is not None:
             # On a held-out window of the current policy (not used for training): the model as
             # it will assign the next update's credit, against the exact one.
@@ -400,6 +431,20 @@ def _episode_horizon(env_params: Any) -> Optional[int]:
     """The environment's time limit (None when it states none)."""
     steps = getattr(env_params, "max_steps_in_episode", None)
     return int(steps) if steps else None
+
+
+def _make_redistributor(config: TrainConfig, horizon: Optional[int]) -> Redistributor:
+    """The redistribute stage, given the environment's time limit where its factory takes one."""
+    from jaxcredit.redistribute import REDISTRIBUTORS  # noqa: PLC0415
+
+    options = dict(config.redistribute_options)
+    try:
+        accepted = inspect.signature(REDISTRIBUTORS.factory(config.redistribute)).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    if "horizon" in accepted and "horizon" not in options:
+        options["horizon"] = horizon
+    return make_redistributor(config.redistribute, **options)
 
 
 def _trajectory(tr: Transitions) -> Trajectory:

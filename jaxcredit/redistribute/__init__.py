@@ -6,23 +6,33 @@ predictor jumps; a process reward model scores every step of a chain of reasonin
 
     init(key, example_trajectory)              -> params
     redistribute(params, trajectory, key)      -> trajectory with new ``reward``
-    loss(params, trajectory, hparams, key)     -> (scalar, metrics)    # what fitting minimises
+    loss(params, batch, hparams, key)          -> (scalar, metrics)    # what fitting minimises
+
+A redistributor that needs more than one window (a sequence model whose episodes span windows,
+a buffer of whole past episodes) also has a *memory*, kept in the train state between updates::
+
+    init_memory(example_trajectory)                    -> memory
+    redistribute(params, trajectory, key, memory)      -> (trajectory, memory, metrics)
+    sample(memory, key)                                -> batch      # the fitting data
+
+and its ``loss`` is fitted on batches drawn by ``sample`` instead of on the window's columns.
 
 The engine fits a learned redistributor inside the compiled update (``jaxcredit.fitting``, its
 own optimiser, ``redistributor_lr`` / ``redistributor_max_grad_norm`` in ``Hparams`` and
 ``redistribute_fit_*`` in ``TrainConfig``), then calls ``redistribute`` on the fresh window; the
-critic, the estimator and the objective all see the new rewards, and its ``loss`` metrics are
-reported as ``redistribute/*``.
+critic, the estimator and the objective all see the new rewards. Its ``loss`` metrics and the
+metrics ``redistribute`` returns are reported as ``redistribute/*``.
 
-No redistributor ships with jaxcredit yet (return decomposition and process reward models are
-the families that will); register one with ``register("name", "package.module:factory")`` and
-select it with ``TrainConfig(redistribute="name")`` / ``--redistribute name``.
+Registered: ``rudder`` (:mod:`jaxcredit.redistribute.rudder`, an LSTM return decomposition with
+a lessons buffer). Register another with ``register("name", "package.module:factory")`` and
+select it with ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory that
+takes a ``horizon`` argument is given the environment's time limit.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +60,10 @@ class Redistributor:
       redistribute: ``(params, trajectory, key) -> trajectory`` with new rewards.
       init, loss: its model's initialiser and fitting loss.
       learned: True if ``loss`` fits parameters.
+      init_memory: ``example_trajectory -> memory`` for a redistributor with a memory (then
+        ``redistribute`` takes and returns it, module docstring), else None.
+      sample: ``(memory, key) -> batch``, the fitting data of a redistributor with a memory
+        (None: fit on the window's columns).
     """
 
     name: str
@@ -57,9 +71,13 @@ class Redistributor:
     init: Callable[[jax.Array, Trajectory], Any] = no_params
     loss: Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]] = no_loss
     learned: bool = False
+    init_memory: Optional[Callable[[Trajectory], Any]] = None
+    sample: Optional[Callable[[Any, jax.Array], Any]] = None
 
 
-REDISTRIBUTORS = Registry("redistributor", {})
+REDISTRIBUTORS = Registry("redistributor", {
+    "rudder": "jaxcredit.redistribute.rudder:make_rudder",
+})
 
 
 def register(name: str, factory: Factory) -> None:
