@@ -30,6 +30,9 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "hca_state": dict(algo="a2c", estimator="hca_state"),
     "c2a2c": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "hard"),)),
     "c2a2c soft": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "soft"),)),
+    # Return decomposition: GAE on the rewards RUDDER redistributes.
+    "A2C+RUDDER": dict(algo="a2c", estimator="gae", redistribute="rudder"),
+    "PPO+RUDDER": dict(algo="ppo", estimator="gae", redistribute="rudder"),
 }
 SUFFIXES = ("oracle", "1-step")
 

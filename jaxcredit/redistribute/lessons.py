@@ -43,6 +43,16 @@ class Episodes:
     reward: Array
     length: Array
 
+    @property
+    def mask(self) -> Array:
+        """``[B, H]`` True on the episode's steps, False on padding (which may hold stale data)."""
+        return jnp.arange(self.action.shape[1])[None, :] < self.length[:, None]
+
+    @property
+    def returns(self) -> Array:
+        """``[B]`` undiscounted return of each episode."""
+        return jnp.sum(jnp.where(self.mask, self.reward, 0.0), axis=1)
+
 
 @struct.dataclass
 class EpisodeMemory:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -132,6 +133,43 @@ def _inputs(obs: Array, action: Array, prev_reward: Array, num_actions: int,
                             (prev_reward / scale)[..., None]], axis=-1)
 
 
+def prediction_differences(prediction: Array, reward: Array, done: Array,
+                           initial_prediction: Array, initial_return: Array):
+    """RUDDER's redistributed reward from the return predictions of a window (module docstring).
+
+    With g_t the prediction after step t, p_t the prediction before it (g_{t−1}, or 0 at an
+    episode's first step) and R_t the episode's return before step t::
+
+        r̃_t = g_t − p_t                      if the episode goes on after t
+        r̃_t = (R_t + r_t) − p_t              if it ends at t (terminated or truncated)
+
+    so the redistributed rewards of an episode sum to its return exactly, whatever g is.
+
+    Args:
+      prediction: ``[T, *batch]`` g_t, in return units.
+      reward, done: ``[T, *batch]`` the environment's rewards and episode ends.
+      initial_prediction, initial_return: ``[*batch]`` p_0 and R_0, carried from the previous
+        window (0 where an episode starts with the window).
+
+    Returns:
+      ``(r̃ [T, *batch], G [T, *batch] = R_t + r_t, p_T, R_T)``: the new rewards, the return so
+      far after each step, and the prediction and return to carry into the next window.
+    """
+    chex.assert_equal_shape((prediction, reward, done))
+    chex.assert_equal_shape((initial_prediction, initial_return, prediction[0]))
+
+    def step(carry, t):
+        before, so_far = carry
+        g, r, d = t
+        total = so_far + r
+        new = jnp.where(d, total, g) - before
+        return (jnp.where(d, 0.0, g), jnp.where(d, 0.0, total)), (new, total)
+
+    (last_prediction, last_return), (new_reward, episode_return) = jax.lax.scan(
+        step, (initial_prediction, initial_return), (prediction, reward, done))
+    return new_reward, episode_return, last_prediction, last_return
+
+
 def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
                 return_scale: float = 0.0, lessons: int = 256, batch_episodes: int = 16,
                 priority_decay: float = 0.99, max_episode_steps: Optional[int] = None,
@@ -191,7 +229,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         if fixed_scale > 0:
             return jnp.float32(fixed_scale)
         filled = jnp.isfinite(episodes.priority)
-        returns = episodes.lessons.reward.sum(axis=1)
+        returns = episodes.lessons.returns
         mean_square = jnp.sum(jnp.where(filled, returns ** 2, 0.0)) / jnp.maximum(filled.sum(), 1)
         return jnp.maximum(jnp.sqrt(mean_square), 1.0)
 
@@ -201,27 +239,32 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         num_actions = traj.logits.shape[-1]
         scale = memory.scale
 
-        def step(mem: RudderMemory, t):
+        def model_step(carry_prev, t):
+            carry, prev_reward = carry_prev
             obs, action, reward, done = t
-            x = _inputs(obs, action, mem.prev_reward, num_actions, scale)
-            carry, g = model.apply(params, mem.carry, x)
-            g = g * scale
-            total = mem.return_so_far + reward
-            new_reward = jnp.where(done, total, g) - mem.prediction
-            error = jnp.square(total - g)  # the model's last prediction against the return
-            episodes = lessons_lib.record_step(mem.episodes, obs, action, reward, done,
-                                               jnp.square((total - g) / scale))
+            x = _inputs(obs, action, prev_reward, num_actions, scale)
+            carry, g = model.apply(params, carry, x)
             reset = lambda x: jnp.where(  # noqa: E731
                 done.reshape(done.shape + (1,) * (x.ndim - 1)), jnp.zeros_like(x), x)
-            mem = mem.replace(carry=jax.tree.map(reset, carry), prediction=reset(g),
-                              return_so_far=reset(total), prev_reward=reset(reward),
-                              episodes=episodes)
-            return mem, (new_reward, jnp.where(done, error, 0.0))
+            return (jax.tree.map(reset, carry), reset(reward)), g * scale
 
-        memory = memory.replace(episodes=lessons_lib.decay(memory.episodes, priority_decay))
-        memory, (new_reward, errors) = jax.lax.scan(
-            step, memory, (traj.obs, traj.action, traj.reward, traj.done))
-        memory = memory.replace(scale=buffer_scale(memory.episodes))
+        steps = (traj.obs, traj.action, traj.reward, traj.done)
+        (carry, prev_reward), g = jax.lax.scan(
+            model_step, (memory.carry, memory.prev_reward), steps)
+        new_reward, episode_return, prediction, return_so_far = prediction_differences(
+            g, traj.reward, traj.done, memory.prediction, memory.return_so_far)
+        errors = jnp.where(traj.done, jnp.square(episode_return - g), 0.0)
+
+        def record(episodes, t):
+            obs, action, reward, done, error = t
+            return lessons_lib.record_step(episodes, obs, action, reward, done,
+                                           error / jnp.square(scale)), None
+
+        episodes = lessons_lib.decay(memory.episodes, priority_decay)
+        episodes, _ = jax.lax.scan(record, episodes, steps + (errors,))
+        memory = memory.replace(carry=carry, prediction=prediction, return_so_far=return_so_far,
+                                prev_reward=prev_reward, episodes=episodes,
+                                scale=buffer_scale(episodes))
         ended = traj.done.sum()
         metrics = {
             "prediction_error": jnp.where(
@@ -251,8 +294,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         del hparams, key
         episodes, valid, scale, num_actions = batch
         g = predictions(params, episodes, scale, num_actions)
-        mask = jnp.arange(g.shape[0])[:, None] < episodes.length[None, :]
-        target = episodes.reward.sum(axis=1) / scale
+        mask = episodes.mask.T
+        target = episodes.returns / scale
         last = jnp.take_along_axis(g, jnp.maximum(episodes.length - 1, 0)[None, :], axis=0)[0]
         weight = valid.astype(jnp.float32)
         count = jnp.maximum(weight.sum(), 1.0)
