@@ -283,3 +283,23 @@ def test_a2c_with_rudder_learns_delayed_effect():
     assert np.all(final > 0.9), final
     assert np.all(share > 0.8), share
     assert np.all(error[:, -1] < 0.5 * error[:, 0]), error[:, [0, -1]]
+
+
+def test_resume_of_a_rudder_run_equals_the_uninterrupted_run(tmp_path):
+    """The memory (carries across windows, the lessons buffer) is part of the checkpoint."""
+    from jaxcredit.agents.host_loop import RunSpec, run_experiment
+
+    # Windows of 5 steps cut the 9-step episodes: carries cross chunk boundaries.
+    config = _config(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 6, eval_every=2,
+                     hidden_sizes=(16,),
+                     redistribute_options=(("features", 4), ("lessons", 8)))
+    spec = RunSpec(settings=({"gamma": 1.0, "redistributor_lr": 1e-2},), num_seeds=2, seed=0,
+                   num_chunks=3)
+    whole = run_experiment(config, spec, tmp_path / "whole", progress=False, plot=False)
+    assert whole["finished"]
+    first = run_experiment(config, spec, tmp_path / "part", progress=False, max_chunks=1,
+                           plot=False)
+    assert not first["finished"]
+    run_experiment(None, None, tmp_path / "part", resume=True, progress=False, plot=False)
+    assert ((tmp_path / "part" / "metrics.csv").read_bytes()
+            == (tmp_path / "whole" / "metrics.csv").read_bytes())
