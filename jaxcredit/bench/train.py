@@ -3,6 +3,7 @@ revision, and the cost of its fitted credit models, each race in one process.
 
     jaxcredit bench train [--quick] [--purejaxrl DIR | --purejaxrl-git DIR] [--baseline-rev REV]
     jaxcredit bench train --estimators hca_return,c2a2c,hca_state --fit-steps 1,4,16
+    jaxcredit bench train --no-main --redistributors rudder --redistribute-fit-steps 1,4,16
     jaxcredit bench train --no-main --dqn --purejaxrl-git DIR
     python -m jaxcredit.bench train ...
 
@@ -25,6 +26,10 @@ calls alternating, SPS = env steps per call / median call time):
   evaluation; at 1 seed and at ``--dqn-seeds`` vmapped. Needs ``--purejaxrl``/``--purejaxrl-git``.
 * ``--estimators``: A2C with each estimator against A2C+GAE at one size, once per value of
   ``--fit-steps`` (the learned models' ``estimator_fit_steps``), without evaluation.
+* ``--redistributors``: PPO (PureJaxRL's defaults, ``--redistributor-envs`` ×
+  ``--redistributor-steps``) with each redistribute stage (RUDDER: ``rudder``) against PPO+GAE
+  on ``--redistributor-env`` (a delayed-reward CartPole by default), once per value of
+  ``--redistribute-fit-steps``, without evaluation.
 
 Each row's ``time/step`` is its time per env step relative to the race's first row (for the main
 race, jaxcredit without evaluation: PureJaxRL's 1.05 means jaxcredit is 1.05x as fast).
@@ -51,8 +56,10 @@ from jaxcredit.bench.timing import Case, compile_case, race
 from jaxcredit.cli import Repeatable, flat, parse_options
 from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
 from jaxcredit.estimators import make_estimator
+from jaxcredit.redistribute import make_redistributor
 
 PPO_ENV = "CartPole-v1"
+REDISTRIBUTOR_ENV = "DelayedReward-CartPole-v1"
 
 
 @dataclasses.dataclass
@@ -61,7 +68,7 @@ class TrainBench:
     itself, and the cost of the fitted credit models, each race in one process."""
 
     main: bool = True
-    """the PPO races (--no-main: only the --estimators race)"""
+    """the PPO races (--no-main: only the --estimators, --redistributors or --dqn races)"""
     quick: bool = False
     """only the first PPO race, 2 timed calls per case"""
     repeats: int = 5
@@ -104,6 +111,19 @@ class TrainBench:
     """rollout length of the --estimators race"""
     estimator_updates: int = 50
     """updates per call in the --estimators race"""
+    redistributors: tuple[str, ...] = ()
+    """race PPO with each redistributor spec NAME[:KEY=VALUE...] (comma-separated) against
+    PPO+GAE"""
+    redistribute_fit_steps: tuple[str, ...] = ("4",)
+    """redistribute_fit_steps values of the --redistributors race, comma- or space-separated"""
+    redistributor_env: str = REDISTRIBUTOR_ENV
+    """environment of the --redistributors race"""
+    redistributor_envs: int = 4
+    """envs of the --redistributors race"""
+    redistributor_steps: int = 128
+    """rollout length of the --redistributors race"""
+    redistributor_updates: int = 50
+    """updates per call in the --redistributors race"""
     gamma: float = 0.99
     """discount γ of every race (PureJaxRL's GAMMA too)"""
     lambda_: Annotated[float, tyro.conf.arg(name="lambda")] = 0.95
@@ -291,32 +311,61 @@ def dqn_races(args: TrainBench, rivals: Rivals, repeats: int) -> list[dict]:
     return results
 
 
-def estimator_races(args: TrainBench, specs: tuple[EstimatorSpec, ...], fit_steps: list[int],
-                    env_options: tuple, hparams: dict, repeats: int) -> list[dict]:
-    """A2C with each estimator against A2C+GAE, once per ``estimator_fit_steps`` value.
+def stage_races(title: str, base: dict, stage: str, specs: tuple[EstimatorSpec, ...],
+                learned: dict[str, bool], fit_steps: list[int], hparams: dict, repeats: int,
+                seed: int, reference: Optional[str] = None) -> list[dict]:
+    """``base`` (first row, "gae") against ``base`` with each spec as its pipeline ``stage``
+    (``"estimator"`` or ``"redistribute"``), once per ``{stage}_fit_steps`` value.
 
-    An estimator without a fitted model does not depend on the fitting steps and races once.
+    A spec without a fitted model (``learned[label]`` False) does not depend on the fitting steps
+    and races once; the stage's ``reference`` name without options is the first row already.
     """
-    num_envs, num_steps = args.estimator_envs, args.estimator_steps
-    size = dict(algo="a2c", env=args.env, env_options=env_options, num_envs=num_envs,
-                num_steps=num_steps, total_timesteps=num_envs * num_steps * args.estimator_updates,
-                eval_every=0)
-    learned = {s.label: make_estimator(s.name, **dict(s.options)).learned for s in specs}
+    fit_field = f"{stage}_fit_steps"
     results = []
     for i, k in enumerate(fit_steps):
-        cases = [engine_case("gae", current, dict(size, estimator="gae"), hparams,
-                             estimator="gae")]
+        cases = [engine_case("gae", current, base, hparams, **{stage: reference})]
         for spec in specs:
-            if spec.name == "gae" and not spec.options or not (learned[spec.label] or i == 0):
+            if spec.name == reference and not spec.options or not (learned[spec.label] or i == 0):
                 continue
-            fields = dict(size, estimator=spec.name, estimator_options=spec.options,
-                          estimator_fit_steps=k)
-            cases.append(engine_case(spec.label, current, fields, hparams, estimator=spec.label,
-                                     estimator_fit_steps=k if learned[spec.label] else None))
-        name = (f"A2C {args.env}, {num_envs} envs x {num_steps} steps, "
-                f"{args.estimator_updates} updates, estimator_fit_steps={k}")
-        results.append(race_result(name, race(cases, repeats, args.seed)))
+            fields = dict(base, **{stage: spec.name, f"{stage}_options": spec.options,
+                                   fit_field: k})
+            cases.append(engine_case(spec.label, current, fields, hparams,
+                                     **{stage: spec.label,
+                                        fit_field: k if learned[spec.label] else None}))
+        results.append(race_result(f"{title}, {fit_field}={k}", race(cases, repeats, seed)))
     return results
+
+
+def estimator_races(args: TrainBench, specs: tuple[EstimatorSpec, ...], fit_steps: list[int],
+                    env_options: tuple, hparams: dict, repeats: int) -> list[dict]:
+    """A2C with each estimator against A2C+GAE, once per ``estimator_fit_steps`` value."""
+    num_envs, num_steps = args.estimator_envs, args.estimator_steps
+    base = dict(algo="a2c", env=args.env, env_options=env_options, num_envs=num_envs,
+                num_steps=num_steps, total_timesteps=num_envs * num_steps * args.estimator_updates,
+                eval_every=0, estimator="gae")
+    learned = {s.label: make_estimator(s.name, **dict(s.options)).learned for s in specs}
+    title = (f"A2C {args.env}, {num_envs} envs x {num_steps} steps, "
+             f"{args.estimator_updates} updates")
+    return stage_races(title, base, "estimator", specs, learned, fit_steps, hparams, repeats,
+                       args.seed, reference="gae")
+
+
+def redistributor_fields(args: TrainBench) -> dict:
+    """PPO+GAE of the --redistributors race: PureJaxRL's PPO at that race's size and env."""
+    num_envs, num_steps = args.redistributor_envs, args.redistributor_steps
+    total = num_envs * num_steps * args.redistributor_updates
+    return dict(ppo_fields(num_envs, total), env=args.redistributor_env, num_steps=num_steps,
+                estimator="gae", eval_every=0)
+
+
+def redistributor_races(args: TrainBench, specs: tuple[EstimatorSpec, ...],
+                        fit_steps: list[int], hparams: dict, repeats: int) -> list[dict]:
+    """PPO with each redistributor against PPO+GAE, once per ``redistribute_fit_steps`` value."""
+    learned = {s.label: make_redistributor(s.name, **dict(s.options)).learned for s in specs}
+    title = (f"PPO {args.redistributor_env}, {args.redistributor_envs} envs x "
+             f"{args.redistributor_steps} steps, {args.redistributor_updates} updates")
+    return stage_races(title, redistributor_fields(args), "redistribute", specs, learned,
+                       fit_steps, hparams, repeats, args.seed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -329,28 +378,57 @@ def _positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive whole number, got {value:g}")
 
 
-def parse_fit_steps(items: tuple[str, ...]) -> list[int]:
+def parse_fit_steps(items: tuple[str, ...], flag: str = "--fit-steps") -> list[int]:
     """``("1,4", "16")`` -> ``[1, 4, 16]``; a ValueError on anything but non-negative integers."""
     values = [v.strip() for item in items for v in item.split(",") if v.strip()]
     if not values or not all(v.isdigit() for v in values):
-        raise ValueError(f"--fit-steps takes non-negative integers, got {' '.join(items)!r}")
+        raise ValueError(f"{flag} takes non-negative integers, got {' '.join(items)!r}")
     return list(dict.fromkeys(int(v) for v in values))
 
 
-def check(args: TrainBench) -> tuple[dict, tuple[EstimatorSpec, ...], list[int], tuple]:
-    """Validates everything before anything is compiled: ``(hparams, estimator specs, fit
-    steps, env options)``."""
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """The parsed and validated input of the races."""
+
+    hparams: dict
+    specs: tuple[EstimatorSpec, ...]
+    fit_steps: list[int]
+    env_options: tuple
+    redistributors: tuple[EstimatorSpec, ...]
+    redistribute_fit_steps: list[int]
+
+
+def check_redistributors(args: TrainBench) -> tuple[tuple[EstimatorSpec, ...], list[int]]:
+    """The --redistributors specs and fit steps, each race's config validated."""
+    specs = parse_specs(args.redistributors)
+    fit_steps = parse_fit_steps(args.redistribute_fit_steps, "--redistribute-fit-steps")
+    base = redistributor_fields(args)
+    if specs:
+        envs.make(args.redistributor_env)  # unknown environment
+    for spec in specs:
+        make_redistributor(spec.name, **dict(spec.options))  # unknown name or bad option
+        for k in fit_steps:
+            baseline_lib.make_config(current, **dict(
+                base, redistribute=spec.name, redistribute_options=spec.options,
+                redistribute_fit_steps=k))
+    return specs, fit_steps
+
+
+def check(args: TrainBench) -> Checked:
+    """Validates everything before anything is compiled."""
     hparams = {"gamma": args.gamma, "lambda_": args.lambda_}
     current.Hparams.create(**hparams)  # one-line ValueError out of range
     for name in ("repeats", "total_timesteps", "big_envs", "big_updates", "seeds",
-                 "seeds_timesteps", "estimator_envs", "estimator_steps", "estimator_updates"):
+                 "seeds_timesteps", "estimator_envs", "estimator_steps", "estimator_updates",
+                 "redistributor_envs", "redistributor_steps", "redistributor_updates"):
         _positive(name, getattr(args, name))
     if args.purejaxrl and args.purejaxrl_git:
         raise ValueError("give --purejaxrl or --purejaxrl-git, not both")
     if args.json and pathlib.Path(args.json).is_dir():
         raise ValueError(f"--json {args.json} is a folder; give a file path")
-    if not args.main and not args.estimators and not args.dqn:
-        raise ValueError("--no-main leaves nothing to run; add --estimators or --dqn")
+    if not (args.main or args.estimators or args.redistributors or args.dqn):
+        raise ValueError("--no-main leaves nothing to run; add --estimators, --redistributors "
+                         "or --dqn")
     if args.dqn and not (args.purejaxrl or args.purejaxrl_git):
         raise ValueError("--dqn races PureJaxRL's dqn.py: pass --purejaxrl DIR or "
                          "--purejaxrl-git DIR")
@@ -362,7 +440,7 @@ def check(args: TrainBench) -> tuple[dict, tuple[EstimatorSpec, ...], list[int],
     fit_steps = parse_fit_steps(args.fit_steps)
     env_options = parse_options(flat(args.env_options), "--env-option")
     envs.make(args.env, **dict(env_options))  # unknown environment or option
-    return hparams, specs, fit_steps, env_options
+    return Checked(hparams, specs, fit_steps, env_options, *check_redistributors(args))
 
 
 def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
@@ -388,7 +466,8 @@ def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
 def bench(args: TrainBench) -> dict:
     """Runs the races of ``args``, prints their tables and returns everything (also written to
     ``--json``)."""
-    hparams, specs, fit_steps, env_options = check(args)
+    checked = check(args)
+    hparams = checked.hparams
     repeats = 2 if args.quick else args.repeats
     payload: dict[str, Any] = {"backend": jax.default_backend(),
                                "device": jax.devices()[0].device_kind, "jax": jax.__version__,
@@ -422,8 +501,12 @@ def bench(args: TrainBench) -> dict:
                 report(result)
                 for label, ratio in result["ratios"].items():
                     print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
-    for result in (estimator_races(args, specs, fit_steps, env_options, hparams, repeats)
-                   if specs else ()):
+    for result in (estimator_races(args, checked.specs, checked.fit_steps, checked.env_options,
+                                   hparams, repeats) if checked.specs else ()):
+        report(result)
+    for result in (redistributor_races(args, checked.redistributors,
+                                       checked.redistribute_fit_steps, hparams, repeats)
+                   if checked.redistributors else ()):
         report(result)
     if args.json:
         path = pathlib.Path(args.json)
