@@ -215,6 +215,7 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
 
 def _plot_scaling(path: pathlib.Path, delays, learners, results) -> None:
     import matplotlib  # noqa: PLC0415
+    import matplotlib.ticker  # noqa: PLC0415
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
@@ -231,6 +232,8 @@ def _plot_scaling(path: pathlib.Path, delays, learners, results) -> None:
     ax.axhline(budget, color="grey", linewidth=0.8, linestyle=":", label="budget")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xticks(list(delays), [str(d) for d in delays])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("delay D (steps)")
     ax.set_ylabel("episodes to J ≥ 0.9")
     ax.legend(fontsize=8)
