@@ -3,8 +3,9 @@
 A learner is a label for a set of ``TrainConfig`` fields. Two suffixes make the ablations every
 credit experiment reports:
 
-* ``"<learner> oracle"``: the learner's hindsight model replaced by the exact one of the current
-  policy (``model="oracle"``; environments with ground truth only). If the oracle learns and the
+* ``"<learner> oracle"``: the learner's hindsight model (or return-decomposition model)
+  replaced by the exact one of the current policy (``model="oracle"``; environments with ground
+  truth only). If the oracle learns and the
   fitted model does not, the shortfall is the model's; if the oracle fails too, it is the
   estimator's.
 * ``"<learner> 1-step"``: the model fitted with one Adam step per update at the agent's learning
@@ -49,7 +50,10 @@ def learner_fields(label: str, **overrides: Any) -> dict[str, Any]:
                          f"(optionally with a suffix: {', '.join(SUFFIXES)})")
     fields = dict(LEARNERS[base])
     options = dict(fields.get("estimator_options", ()))
-    if suffix == "oracle":
+    if suffix == "oracle" and "redistribute" in fields:
+        # A return decomposition's exact prediction (jaxcredit.redistribute.rudder).
+        fields["redistribute_options"] = (("model", "oracle"),)
+    elif suffix == "oracle":
         options["model"] = "oracle"
     if suffix == "1-step":
         fields["estimator_fit_steps"] = 1

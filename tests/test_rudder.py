@@ -303,3 +303,30 @@ def test_resume_of_a_rudder_run_equals_the_uninterrupted_run(tmp_path):
     run_experiment(None, None, tmp_path / "part", resume=True, progress=False, plot=False)
     assert ((tmp_path / "part" / "metrics.csv").read_bytes()
             == (tmp_path / "whole" / "metrics.csv").read_bytes())
+
+
+def test_oracle_puts_q_on_the_first_step_and_the_noise_on_the_last():
+    """DelayedEffect n = 3, σ = 0.5, reward delayed: the exact prediction is Q(s_0, a_0) = ±1
+    from step 0 on (γ = 1), so r̃ = (±1, 0, 0, noise) with the noise Σ of the chain's rewards."""
+    config = _config(env_options=(("n", 3), ("sigma", 0.5)), num_envs=8, num_steps=4,
+                     redistribute_options=(("model", "oracle"),), total_timesteps=8 * 4)
+    engine = make_engine(config)
+    state = engine.init(jax.random.key(0))
+    hparams = Hparams.create(gamma=1.0)
+    window = engine.collect(state, hparams, jax.random.key(1))
+    traj, _, _, metrics = engine.assign_credit(state, window.trajectory, hparams,
+                                                jax.random.key(2))
+    new, old = np.asarray(traj.reward), np.asarray(window.trajectory.reward)
+    sign = 1.0 - 2.0 * np.asarray(window.trajectory.action)[0]
+    np.testing.assert_allclose(new[0], sign, atol=1e-5)
+    np.testing.assert_allclose(new[1:3], 0.0, atol=1e-5)
+    np.testing.assert_allclose(new[3], old[3] - sign, atol=1e-5)
+    assert float(metrics["redistribute/decisive_share"]) > 0.3
+    assert "redistribute/loss" not in metrics  # nothing is fitted
+
+
+def test_oracle_needs_ground_truth():
+    with pytest.raises(ValueError, match="needs an environment with exact ground truth"):
+        make_engine(TrainConfig(algo="ppo", env="DelayedReward-CartPole-v1",
+                                redistribute="rudder",
+                                redistribute_options=(("model", "oracle"),)))

@@ -10,7 +10,9 @@ sees one whole episode per environment per update (T = D + 1):
 * ``REINFORCE``: the Monte-Carlo return, no critic (MC);
 * ``A2C+GAE``: GAE(λ) with a learned critic on the delayed reward (TD(λ));
 * ``A2C+RUDDER``: the same A2C+GAE(λ) on the rewards an LSTM return decomposition
-  redistributes (``jaxcredit.redistribute.rudder``), fitted in the same compiled update.
+  redistributes (``jaxcredit.redistribute.rudder``), fitted in the same compiled update;
+* ``A2C+RUDDER oracle``: the same with the exact return prediction of the current policy
+  (the paper's optimal redistribution), to separate the method from the fitted model.
 
 The metric is the number of episodes until the exact expected return J(π) of the policy network
 (dynamic programming on the undelayed MDP, inside the run) first reaches 90 % of the optimal
@@ -48,7 +50,7 @@ from jaxcredit.presets import learner_fields
 HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/exact_return"
 THRESHOLD = 0.9  # of the optimal return, 1
-DELAY_LEARNERS = ("REINFORCE", "A2C+GAE", "A2C+RUDDER")
+DELAY_LEARNERS = ("REINFORCE", "A2C+GAE", "A2C+RUDDER", "A2C+RUDDER oracle")
 CARTPOLE_LEARNERS = ("PPO+GAE dense", "PPO+GAE", "PPO+RUDDER")
 NUM_ENVS = 16
 
@@ -88,7 +90,7 @@ def delay_case(delay: int, label: str, sigma: float, updates: int) -> X.Case:
         total_timesteps=NUM_ENVS * (delay + 1) * updates, anneal_lr=False,
         eval_every=max(1, updates // 80), eval_episodes=16,
         redistribute_fit_steps=4)
-    return X.Case(name=f"delay{delay}/{label.replace('+', '_')}", config=config,
+    return X.Case(name=f"delay{delay}/{label.replace('+', '_').replace(' ', '_')}", config=config,
                   settings=(DELAY_HPARAMS,), labels={"part": "delay", "delay": delay,
                                                       "learner": label})
 

@@ -142,6 +142,17 @@ def has_undelayed_truth(env: Any) -> bool:
     return inner is not None and has_ground_truth(inner)
 
 
+def exact_redistribution_params(kind: str, mdp: tabular.TabularMDP, pi: Array) -> dict:
+    """The exact quantity an oracle redistributor reads (``Redistributor.exact_model``).
+
+    ``"action_values"``: Q^π of the undiscounted return (γ = 1; every policy must end its
+    episodes) and the mean reward of each transition.
+    """
+    if kind != "action_values":
+        raise ValueError(f"unknown exact redistribution model {kind!r}")
+    return {"q": tabular.action_values(mdp, pi, 1.0), "transition_reward": mdp.transition_reward}
+
+
 def redistribution_quality(mdp: tabular.TabularMDP, pi: Array, gamma: Array, state: Array,
                            action: Array, reward: Array) -> dict[str, Array]:
     """How a redistributed reward ``[T, *batch]`` relates to the exact Q of ``pi``.

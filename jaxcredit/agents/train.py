@@ -218,6 +218,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         reference = gt_lib.make_ground_truth(env.undelayed, env_params, False)
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     exact_twin = _exact_twin(estimator, ground_truth, config)
+    if redistributor is not None and redistributor.exact_model and reference is None:
+        raise ValueError(f"redistribute stage {config.redistribute!r} with model=oracle needs an "
+                         f"environment with exact ground truth; {config.env!r} has none")
     obs_shape = tuple(env.observation_space(env_params).shape)
     network = ActorCritic(num_actions, config.hidden_sizes, config.activation,
                           obs_ndim=max(len(obs_shape), 1))
@@ -313,13 +316,18 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                     sample)
                 metrics.update({f"redistribute/{k}": v for k, v in fit_metrics.items()})
             original = traj
+            rd_params = rd_state.params
+            if redistributor.exact_model:
+                mdp = reference.mdp()
+                pi = gt_lib.policy_table(network, state.agent.params, mdp)
+                rd_params = gt_lib.exact_redistribution_params(redistributor.exact_model, mdp, pi)
             if redistributor.init_memory is not None:
                 traj, memory, rd_metrics = redistributor.redistribute(
-                    rd_state.params, traj, rd_key, rd_state.memory)
+                    rd_params, traj, rd_key, rd_state.memory)
                 rd_state = rd_state.replace(memory=memory)
                 metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
             else:
-                traj = redistributor.redistribute(rd_state.params, traj, rd_key)
+                traj = redistributor.redistribute(rd_params, traj, rd_key)
             if reference is not None:
                 metrics.update({f"redistribute/{k}": v for k, v in redistribution_quality(
                     state, hparams, original, traj).items()})

@@ -64,6 +64,9 @@ class Redistributor:
         ``redistribute`` takes and returns it, module docstring), else None.
       sample: ``(memory, key) -> batch``, the fitting data of a redistributor with a memory
         (None: fit on the window's columns).
+      exact_model: for an oracle redistributor, the exact quantity the engine passes as its
+        ``params`` every update (``"action_values"``: ``{"q": Q^π [S, A] at γ = 1,
+        "transition_reward": [S, A, S]}`` of the current policy), else None.
     """
 
     name: str
@@ -73,6 +76,7 @@ class Redistributor:
     learned: bool = False
     init_memory: Optional[Callable[[Trajectory], Any]] = None
     sample: Optional[Callable[[Any, jax.Array], Any]] = None
+    exact_model: Optional[str] = None
 
 
 REDISTRIBUTORS = Registry("redistributor", {

@@ -41,6 +41,12 @@ telescoping sum above holds whatever the parameters). The memory also assembles 
 episodes into the lessons buffer, from which the model is fitted (``sample``); a window's
 finished episodes are fitted from the next update on.
 
+Oracle ablation (``model="oracle"``): on environments with ground truth (``DelayedReward-`` over
+one included), the prediction is the exact expected return of the current policy given the
+history, ``g_t = Σ_{k<t} r̄(s_k, a_k, s_{k+1}) + Q^π(s_t, a_t)`` (γ = 1, exact dynamic
+programming inside the step), which is the paper's optimal redistribution. If the oracle learns
+and the fitted model does not, the shortfall is the model's.
+
 Not implemented from the paper: the Atari version's extra auxiliary outputs (mean reward over the
 next 10 steps, return still to come), integrated-gradients contribution analysis, the
 quality gate that falls back to the original reward when the prediction is poor, and the
@@ -170,13 +176,80 @@ def prediction_differences(prediction: Array, reward: Array, done: Array,
     return new_reward, episode_return, last_prediction, last_return
 
 
+@struct.dataclass
+class OracleMemory:
+    """What the oracle keeps between windows, per environment: p, R (as ``RudderMemory``), the
+    expected return collected so far C, and the previous step's state and action."""
+
+    prediction: Array
+    return_so_far: Array
+    expected_so_far: Array
+    prev_state: Array
+    prev_action: Array
+    started: Array  # the running episode has a previous step
+
+
+def exact_predictions(q: Array, transition_reward: Array, state: Array, action: Array,
+                      done: Array, memory: OracleMemory):
+    """The exact expected return given the history, ``[T, *batch]``::
+
+        g_t = C_t + Q^π(s_t, a_t),   C_t = Σ_{k<t} r̄(s_k, a_k, s_{k+1})
+
+    with r̄ the mean reward of a transition (``TabularMDP.transition_reward``). Returns
+    ``(g, memory)`` with C and the previous step carried into the next window.
+    """
+    def step(carry, t):
+        so_far, prev_s, prev_a, started = carry
+        s, a, d = t
+        so_far = jnp.where(started, so_far + transition_reward[prev_s, prev_a, s], 0.0)
+        g = so_far + q[s, a]
+        return (so_far, s, a, jnp.logical_not(d)), g
+
+    (so_far, prev_s, prev_a, started), g = jax.lax.scan(
+        step, (memory.expected_so_far, memory.prev_state, memory.prev_action, memory.started),
+        (state, action, done))
+    return g, memory.replace(expected_so_far=so_far, prev_state=prev_s, prev_action=prev_a,
+                             started=started)
+
+
+def make_rudder_oracle() -> Redistributor:
+    """RUDDER with the exact return prediction of the current policy (module docstring)."""
+
+    def init_memory(example: Trajectory) -> OracleMemory:
+        zeros = jnp.zeros(example.action.shape[1:], jnp.float32)
+        ints = jnp.zeros(example.action.shape[1:], jnp.int32)
+        return OracleMemory(prediction=zeros, return_so_far=zeros, expected_so_far=zeros,
+                            prev_state=ints, prev_action=ints,
+                            started=jnp.zeros(example.action.shape[1:], bool))
+
+    def redistribute(params, traj: Trajectory, key: Array, memory: OracleMemory):
+        del key
+        if traj.state is None:
+            raise ValueError("rudder with model=oracle needs the tabular state of every step")
+        g, memory = exact_predictions(params["q"], params["transition_reward"], traj.state,
+                                      traj.action, traj.done, memory)
+        new_reward, episode_return, prediction, return_so_far = prediction_differences(
+            g, traj.reward, traj.done, memory.prediction, memory.return_so_far)
+        errors = jnp.where(traj.done, jnp.square(episode_return - g), 0.0)
+        ended = traj.done.sum()
+        metrics = {"prediction_error": jnp.where(
+            ended > 0, jnp.sqrt(errors.sum() / jnp.maximum(ended, 1)), jnp.nan)}
+        memory = memory.replace(prediction=prediction, return_so_far=return_so_far)
+        return traj.replace(reward=new_reward), memory, metrics
+
+    return Redistributor(name="rudder", redistribute=redistribute, init_memory=init_memory,
+                         exact_model="action_values")
+
+
 def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
                 return_scale: float = 0.0, lessons: int = 256, batch_episodes: int = 16,
                 priority_decay: float = 0.99, max_episode_steps: Optional[int] = None,
-                horizon: Optional[int] = None) -> Redistributor:
+                horizon: Optional[int] = None, model: str = "fitted") -> Redistributor:
     """The RUDDER redistributor (module docstring).
 
     Args:
+      model: ``fitted`` (the LSTM) or ``oracle`` (the exact return prediction; the other
+        options do not apply).
       features: LSTM units.
       cell: ``lstm`` (flax's cell) or ``rudder`` (no forget or output gate).
       aux_weight: weight of the continuous-prediction loss.
@@ -189,6 +262,10 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         (``horizon``, passed by the engine), else 1000.
       horizon: the environment's time limit (the engine passes it).
     """
+    if model == "oracle":
+        return make_rudder_oracle()
+    if model != "fitted":
+        raise ValueError(f"rudder: model must be fitted or oracle, got {model!r}")
     if cell not in CELLS:
         raise ValueError(f"rudder: cell must be one of {', '.join(CELLS)}, got {cell!r}")
     features, lessons, batch_episodes = int(features), int(lessons), int(batch_episodes)
