@@ -268,6 +268,21 @@ class OutputArgs:
     """with --publish: replace the published report"""
 
 
+def chosen_size(sizes: dict, args: Any) -> dict:
+    """The settings of the size ``args.size``, with the script's ``--seeds`` and ``--updates``
+    (where it has them) overriding the size's; a ValueError for an unknown size or fewer than
+    2 seeds (no confidence interval)."""
+    if args.size not in sizes:
+        raise ValueError(f"--size must be one of {', '.join(sizes)}")
+    size = dict(sizes[args.size])
+    for name in ("seeds", "updates"):
+        if getattr(args, name, None):
+            size[name] = getattr(args, name)
+    if size["seeds"] < 2:
+        raise ValueError("need at least 2 seeds")
+    return size
+
+
 def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Sequence[Case],
                    meta: dict, report: Callable, num_seeds: int, seed: int,
                    argv: Sequence[str] | None = None, num_chunks: int = 4) -> int:

@@ -152,18 +152,13 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
 def main(argv=None) -> int:
     args = tyro.cli(Args, args=argv)
     try:
-        if args.size not in SIZES:
-            raise ValueError(f"--size must be one of {', '.join(SIZES)}")
-        size = SIZES[args.size]
+        size = X.chosen_size(SIZES, args)
+        seeds, updates = size["seeds"], size["updates"]
         tasks = args.tasks or size["tasks"]
         unknown = [t for t in tasks if t not in TASKS]
         if unknown:
             raise ValueError(f"unknown task(s) {unknown}; known: {'; '.join(TASKS)}")
         learners = args.learners or size["learners"]
-        seeds = args.seeds or size["seeds"]
-        updates = args.updates or size["updates"]
-        if seeds < 2:
-            raise ValueError("need at least 2 seeds")
         cases = [case(t, label, updates) for t in tasks for label in learners]
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)

@@ -199,16 +199,11 @@ def plot(path: pathlib.Path, ns, learners, lookup, ablation, results) -> None:
 def main(argv=None) -> int:
     args = tyro.cli(Args, args=argv)
     try:
-        if args.size not in SIZES:
-            raise ValueError(f"--size must be one of {', '.join(SIZES)}")
-        size = SIZES[args.size]
+        size = X.chosen_size(SIZES, args)
+        seeds, updates = size["seeds"], size["updates"]
         bits = args.bits or size["bits"]
         if any(n < 1 for n in bits):
             raise ValueError(f"--bits must be positive, got {bits}")
-        seeds = args.seeds or size["seeds"]
-        updates = args.updates or size["updates"]
-        if seeds < 2:
-            raise ValueError("need at least 2 seeds")
         cases = [case(n, learner, updates, size["buffer"]) for n in bits
                  for learner in ("DQN", "DQN+HER")]
         if args.ablation:

@@ -194,15 +194,12 @@ def plot(out: pathlib.Path, results: dict, lengths, learners) -> None:
 def main(argv=None) -> int:
     args = tyro.cli(Args, args=argv)
     try:
-        if args.size not in SIZES:
-            raise ValueError(f"--size must be one of {', '.join(SIZES)}")
-        size = SIZES[args.size]
+        size = X.chosen_size(SIZES, args)
+        seeds, updates = size["seeds"], size["updates"]
         lengths = args.lengths or size["lengths"]
         learners = args.learners or size["learners"]
-        seeds = args.seeds or size["seeds"]
-        updates = args.updates or size["updates"]
-        if seeds < 2 or min(lengths) < 4:
-            raise ValueError("need at least 2 seeds and lengths >= 4")
+        if min(lengths) < 4:
+            raise ValueError("need lengths >= 4")
         cases = [case(L, label, updates) for L in lengths for label in learners]
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)

@@ -142,16 +142,14 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
 def main(argv=None) -> int:
     args = tyro.cli(Args, args=argv)
     try:
-        if args.size not in SIZES:
-            raise ValueError(f"--size must be one of {', '.join(SIZES)}")
-        size = SIZES[args.size]
+        size = X.chosen_size(SIZES, args)
+        seeds = size["seeds"]
         games = args.games or size["games"]
         variants = args.variants or size["variants"]
         learners = args.learners or size["learners"]
         bad = [g for g in games if g not in GAMES] + [v for v in variants if v not in VARIANTS]
         if bad:
             raise ValueError(f"unknown game(s)/variant(s) {bad}")
-        seeds = args.seeds or size["seeds"]
         steps = args.steps or size["steps"]
         cases = [case(g, v, label, steps, size["hidden"]) for g in games for v in variants
                  for label in learners]

@@ -247,16 +247,11 @@ def _plot_scaling(path: pathlib.Path, delays, learners, results) -> None:
 def main(argv=None) -> int:
     args = tyro.cli(Args, args=argv)
     try:
-        if args.size not in SIZES:
-            raise ValueError(f"--size must be one of {', '.join(SIZES)}")
-        size = SIZES[args.size]
+        size = X.chosen_size(SIZES, args)
+        seeds, updates = size["seeds"], size["updates"]
         delays = args.delays or size["delays"]
         if any(d < 1 for d in delays):
             raise ValueError(f"delays must be positive, got {delays}")
-        seeds = args.seeds or size["seeds"]
-        updates = args.updates or size["updates"]
-        if seeds < 2:
-            raise ValueError("need at least 2 seeds")
         cases = [delay_case(d, lab, size["sigma"], updates) for d in delays
                  for lab in DELAY_LEARNERS]
         if args.cartpole:

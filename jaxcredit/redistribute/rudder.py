@@ -176,6 +176,13 @@ def prediction_differences(prediction: Array, reward: Array, done: Array,
     return new_reward, episode_return, last_prediction, last_return
 
 
+def prediction_error(prediction: Array, episode_return: Array, done: Array) -> Array:
+    """RMS of G − g_T over the episodes that end in the window (NaN if none ends)."""
+    ended = done.sum()
+    errors = jnp.where(done, jnp.square(episode_return - prediction), 0.0)
+    return jnp.where(ended > 0, jnp.sqrt(errors.sum() / jnp.maximum(ended, 1)), jnp.nan)
+
+
 @struct.dataclass
 class OracleMemory:
     """What the oracle keeps between windows, per environment: p, R (as ``RudderMemory``), the
@@ -230,10 +237,7 @@ def make_rudder_oracle() -> Redistributor:
                                       traj.action, traj.done, memory)
         new_reward, episode_return, prediction, return_so_far = prediction_differences(
             g, traj.reward, traj.done, memory.prediction, memory.return_so_far)
-        errors = jnp.where(traj.done, jnp.square(episode_return - g), 0.0)
-        ended = traj.done.sum()
-        metrics = {"prediction_error": jnp.where(
-            ended > 0, jnp.sqrt(errors.sum() / jnp.maximum(ended, 1)), jnp.nan)}
+        metrics = {"prediction_error": prediction_error(g, episode_return, traj.done)}
         memory = memory.replace(prediction=prediction, return_so_far=return_so_far)
         return traj.replace(reward=new_reward), memory, metrics
 
@@ -342,10 +346,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         memory = memory.replace(carry=carry, prediction=prediction, return_so_far=return_so_far,
                                 prev_reward=prev_reward, episodes=episodes,
                                 scale=buffer_scale(episodes))
-        ended = traj.done.sum()
         metrics = {
-            "prediction_error": jnp.where(
-                ended > 0, jnp.sqrt(errors.sum() / jnp.maximum(ended, 1)), jnp.nan),
+            "prediction_error": prediction_error(g, episode_return, traj.done),
             "lessons_filled": jnp.isfinite(memory.episodes.priority).mean(),
             "episodes_too_long": memory.episodes.too_long.astype(jnp.float32),
             "return_scale": memory.scale,
