@@ -387,6 +387,41 @@ def test_vtrace_matches_rlax(method):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
+def test_vtrace_sample_mask_by_hand():
+    # Masked step 1 passes e_2 through: e = (δ_0 + γ c e_1, e_2, δ_2) with e_1 = e_2 = δ_2.
+    v_tm1, v_t = np.zeros(3, np.float32), np.zeros(3, np.float32)
+    r, d, rho = np.array([1.0, 5.0, 2.0], np.float32), np.full(3, 0.5, np.float32), np.ones(3)
+    ours = E.vtrace(v_tm1, v_t, r, d, rho.astype(np.float32), 1.0, 1.0, True,
+                    np.array([True, False, True]))
+    np.testing.assert_allclose(ours, [1.0 + 0.5 * 2.0, 2.0, 2.0])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_vtrace_sample_mask_matches_rlax(method):
+    rng = np.random.default_rng(11)
+    T, B = 30, 4
+    v_tm1, v_t, r = (rng.normal(size=(T, B)).astype(np.float32) for _ in range(3))
+    d = (0.99 * (rng.random((T, B)) > 0.1)).astype(np.float32)
+    rho = np.exp(0.5 * rng.normal(size=(T, B))).astype(np.float32)
+    mask = rng.random((T, B)) > 0.3
+    for lam in (1.0, 0.9):
+        ours = E.vtrace(v_tm1, v_t, r, d, rho, lam, 1.0, True, mask, method=method)
+        theirs = jax.vmap(rlax.vtrace, in_axes=(1, 1, 1, 1, 1, None, None, None, 1),
+                          out_axes=1)(v_tm1, v_t, r, d, rho, lam, 1.0, True, mask)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_rlax_named_estimators_accept_rlax_signatures():
+    """Every estimator named like an rlax function takes rlax's parameters, in rlax's order."""
+    import inspect
+
+    for name in ("discounted_returns", "lambda_returns", "n_step_bootstrapped_returns",
+                 "truncated_generalized_advantage_estimation", "vtrace"):
+        ours = list(inspect.signature(getattr(E, name)).parameters)
+        theirs = list(inspect.signature(getattr(rlax, name)).parameters)
+        assert ours[:len(theirs)] == theirs, (name, ours, theirs)
+
+
 # ---------------------------------------------------------------------------------------------
 # 5. Scan and associative scan agree; jit, vmap, grad, dtypes, errors.
 # ---------------------------------------------------------------------------------------------

@@ -426,12 +426,16 @@ def vtrace(
         lambda_: Numeric = 1.0,
         clip_rho_threshold: float = 1.0,
         stop_target_gradients: bool = True,
+        sample_mask: Optional[Array] = None,
         method: Method = None,
 ) -> Array:
     """V-trace errors v_s - V(x_s) (Espeholt et al. 2018, IMPALA, arXiv 1802.01561; rlax.vtrace).
 
             c_i = λ_i min(1, ρ_i),   δ_i = min(ρ̄, ρ_i) (r_i + γ_i V(x_{i+1}) - V(x_i))
             e_i = δ_i + γ_i c_i e_{i+1},   e_T = 0,    v_s = V(x_s) + e_s
+
+    With rlax's ``sample_mask`` m_i (which steps are learnable), a masked step passes the
+    accumulated error through unchanged: e_i = m_i (δ_i + γ_i c_i e_{i+1}) + (1 − m_i) e_{i+1}.
 
     Args:
         v_tm1: ``[T, *batch]`` V(x_i).
@@ -442,6 +446,7 @@ def vtrace(
         lambda_: scalar or ``[T, *batch]``.
         clip_rho_threshold: ρ̄.
         stop_target_gradients: stop gradients through the targets v_s (the rlax default).
+        sample_mask: ``[T, *batch]`` bool or 0/1, learnable steps (rlax's argument); None: all.
         method: "scan", "associative" or None.
 
     Returns:
@@ -452,12 +457,16 @@ def vtrace(
     _check_lambda(lambda_)
     lam_xs, lam_of = _per_step(lambda_, r_t)
 
-    def coefficients(v_prev, v_next, r, d, rho, *rest):
+    mask = jnp.ones_like(r_t) if sample_mask is None else jnp.asarray(sample_mask, r_t.dtype)
+    chex.assert_equal_shape([mask, r_t])
+
+    def coefficients(v_prev, v_next, r, d, rho, m, *rest):
         lam, _ = lam_of(rest)
         c = jnp.minimum(1.0, rho) * lam
-        return d * c, jnp.minimum(clip_rho_threshold, rho) * (r + d * v_next - v_prev)
+        delta = jnp.minimum(clip_rho_threshold, rho) * (r + d * v_next - v_prev)
+        return m * d * c + (1.0 - m), m * delta
 
-    xs = (v_tm1, v_t, r_t, discount_t, rho_tm1) + lam_xs
+    xs = (v_tm1, v_t, r_t, discount_t, rho_tm1, mask) + lam_xs
     errors = _reverse_recursion(coefficients, xs, jnp.zeros_like(jnp.asarray(r_t)[0]), method)
     if stop_target_gradients:
         return jax.lax.stop_gradient(errors + v_tm1) - v_tm1
