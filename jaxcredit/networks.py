@@ -8,6 +8,15 @@ evaluate the critic afterwards on the whole ``[T, N]`` window in one batched cal
 Initialisation follows the PPO implementation-details convention (Huang et al., 2022,
 "The 37 implementation details of PPO"): orthogonal weights with gain √2 in hidden layers,
 0.01 for the policy head (near-uniform initial policy) and 1 for the value head; zero biases.
+
+Orthogonal matrices come from a QR factorisation. Under ``jax.vmap`` over keys (a population of
+seeds initialised in one program) flax's initialiser makes one *batched* LAPACK QR call, which
+jaxlib runs with ``ParallelBatchMap`` on XLA:CPU's thread pool; two pool threads each waiting in
+``BlockingCounter::Wait`` for sub-tasks only the other could run deadlocked the process
+(``jax.jit(jax.vmap(engine.init))`` over 256 keys hung 2 of 2 times here with XLA's default
+flags). :func:`orthogonal` samples the same matrix as flax's initialiser but runs a batched call
+as a sequential loop of unbatched ones (``jax.custom_batching.sequential_vmap``): equal numbers
+(tested), and no batched LAPACK call. Every orthogonal initialiser in jaxcredit uses it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,16 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "gelu": nn.gelu,
     "silu": nn.silu,
 }
+
+
+def orthogonal(scale: float = 1.0) -> Callable:
+    """flax's orthogonal initialiser, made safe to vmap on XLA:CPU (module docstring)."""
+    base = nn.initializers.orthogonal(scale)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.custom_batching.sequential_vmap(lambda k: base(k, shape, dtype))(key)
+
+    return init
 
 
 def activation_fn(name: str) -> Callable[[jax.Array], jax.Array]:
@@ -57,12 +76,12 @@ class MLP(nn.Module):
         act = activation_fn(self.activation)
         for width in self.hidden_sizes:
             x = nn.Dense(
-                width, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
+                width, kernel_init=orthogonal(np.sqrt(2.0)),
                 bias_init=nn.initializers.zeros,
             )(x)
             x = act(x)
         return nn.Dense(
-            self.out_size, kernel_init=nn.initializers.orthogonal(self.out_gain),
+            self.out_size, kernel_init=orthogonal(self.out_gain),
             bias_init=nn.initializers.zeros,
         )(x)
 

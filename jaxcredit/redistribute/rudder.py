@@ -64,6 +64,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxcredit.networks import orthogonal
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.redistribute import lessons as lessons_lib
 from jaxcredit.types import Trajectory
@@ -104,7 +105,8 @@ class ReturnModel(nn.Module):
         if self.cell == "rudder":
             carry, h = RudderCell(self.features, name="rudder_cell")(carry, x)
         else:
-            carry, h = nn.OptimizedLSTMCell(self.features, name="lstm_cell")(carry, x)
+            carry, h = nn.OptimizedLSTMCell(self.features, recurrent_kernel_init=orthogonal(),
+                                            name="lstm_cell")(carry, x)
         return carry, nn.Dense(1, name="output")(h)[..., 0]
 
 
