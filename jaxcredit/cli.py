@@ -16,7 +16,8 @@
 The flags of ``train`` and ``sweep`` are generated from ``TrainConfig`` and ``Hparams`` (every
 field is a flag with its docstring as help; ``--lambda`` for λ), plus the run options below. Bad
 input exits with status 2 and one line on stderr, before anything is written (set
-``JAXCREDIT_TRACEBACK=1`` to see the full traceback instead).
+``JAXCREDIT_TRACEBACK=1`` to see the full traceback instead). Compiled programs are cached on disk
+(``jaxcredit.compile_cache``; ``JAXCREDIT_COMPILE_CACHE=0`` turns it off, or names the folder).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Annotated, Any, Callable, Optional, Sequence  # noqa: E402
 
 import tyro  # noqa: E402
 
+from jaxcredit import compile_cache  # noqa: E402
 from jaxcredit.agents.config import FIELDS, OPTION_FIELDS, Hparams, TrainConfig  # noqa: E402
 
 PROG = "jaxcredit"
@@ -421,6 +423,8 @@ def dispatch(argv: list[str]):
         return None
     command, rest = argv[0], argv[1:]
     prog = f"{PROG} {command}"
+    if command in ("train", "sweep", "run", "diagnose"):
+        compile_cache.enable()  # jaxcredit.compile_cache; benchmarks time compiles, so not bench
     if command == "train":
         return cmd_train(parse(TrainArgs, rest, prog))
     if command == "sweep":

@@ -1,0 +1,43 @@
+"""The persistent compilation cache of the command line (jaxcredit.compile_cache)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+from jaxcredit import compile_cache
+
+COMMAND = ["train", "--algo", "a2c", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps",
+           "8", "--total-timesteps", "160", "--num-chunks", "1"]
+
+
+def _train(out: pathlib.Path, cache: str) -> float:
+    script = pathlib.Path(sys.executable).parent / "jaxcredit"
+    env = dict(os.environ, JAXCREDIT_COMPILE_CACHE=cache)
+    done = subprocess.run([str(script), *COMMAND, "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return float(re.search(r"compiled 1 chunk program\(s\) in ([0-9.]+) s",
+                           done.stdout + done.stderr).group(1))
+
+
+def test_the_second_run_reads_its_program_from_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    first = _train(tmp_path / "a", str(cache))
+    entries = list(cache.iterdir())
+    assert entries, "the first run wrote nothing into the cache"
+    second = _train(tmp_path / "b", str(cache))
+    assert second < first, (first, second)
+
+
+def test_cache_location_and_off_switch(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXCREDIT_COMPILE_CACHE", "off")
+    assert compile_cache.cache_dir() is None
+    monkeypatch.setenv("JAXCREDIT_COMPILE_CACHE", str(tmp_path / "x"))
+    assert compile_cache.cache_dir() == tmp_path / "x"
+    monkeypatch.delenv("JAXCREDIT_COMPILE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compile_cache.cache_dir() == tmp_path / "jaxcredit" / "xla"
