@@ -26,7 +26,7 @@ import sys
 
 from jaxcredit.xla_flags import configure_cpu_flags
 
-configure_cpu_flags()  # before anything imports jax (see jaxcredit.xla_flags)
+configure_cpu_flags()  # opt-in, before anything imports jax (see jaxcredit.xla_flags)
 
 import ast  # noqa: E402
 import contextlib  # noqa: E402
@@ -479,8 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         code = dispatch(argv)
-    except (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError,
-            PermissionError) as err:
+    except (ValueError, OSError) as err:  # bad input, an unwritable folder, a full disk
         if os.environ.get("JAXCREDIT_TRACEBACK"):
             raise
         message = " ".join(str(err).split()) or type(err).__name__

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import importlib.metadata
 import json
+import os
 import pathlib
 import platform
 from typing import Any, Mapping, Sequence
@@ -92,7 +93,9 @@ class MetricsWriter:
     def truncate(self, last_update: int) -> None:
         """Drops rows after ``last_update`` (written after the last checkpoint of a killed run)."""
         rows = read_rows(self.path)
-        keep = [r for r in rows if int(r["update"]) <= last_update]
+        # A process killed while appending leaves a partial last row: drop incomplete rows.
+        keep = [r for r in rows if all(r.get(c) not in (None, "") for c in self.columns)
+                and int(r["update"]) <= last_update]
         tmp = self.path.with_suffix(".csv.tmp")
         with tmp.open("w", newline="") as f:
             writer = csv.DictWriter(f, self.columns)
@@ -122,3 +125,33 @@ def read_metrics(path: pathlib.Path) -> dict[str, np.ndarray]:
         return {}
     return {k: np.asarray([r[k] for r in rows], np.int64 if k in KEY_COLUMNS else np.float64)
             for k in rows[0]}
+
+
+LOCK_FILE = ".writer.lock"
+
+
+def lock_run_dir(out: pathlib.Path):
+    """Takes the run directory's single-writer lock; returns the open lock file (keep it open).
+
+    An exclusive ``flock`` on ``out/.writer.lock``: a second process that tries to write the same
+    run gets a one-line ValueError instead of interleaving metrics and checkpoints. The operating
+    system drops the lock when the holder exits, however it exits (``kill -9`` included), so a
+    killed run can always be resumed.
+    """
+    import fcntl  # noqa: PLC0415 (POSIX only)
+
+    path = pathlib.Path(out) / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ValueError(f"{out} is being written by {holder}; wait for it to finish or choose "
+                         "another --out") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle

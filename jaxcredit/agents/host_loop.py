@@ -180,8 +180,22 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
       "ranking"}``: ``final_return`` is the mean over members of the last value of ``metric``
       (the evaluation return where the run evaluates); ``ranking`` lists the settings from best
       to worst by it, one line each, when there are several.
+
+    A second process that tries to write the same run directory is refused with a ValueError
+    while this one holds its lock (``runlog.lock_run_dir``).
     """
-    out = pathlib.Path(out)
+    held: list = []  # the run directory's lock, released however this call ends
+    try:
+        return _run_experiment(config, spec, pathlib.Path(out), resume, force, progress,
+                               max_chunks, plot, mesh, env, env_params, loggers, held)
+    finally:
+        for lock in held:
+            lock.close()
+
+
+def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, max_chunks, plot,
+                    mesh, env, env_params, loggers, held: list) -> dict:
+    """:func:`run_experiment`'s body; locks it takes go into ``held``."""
     if resume:
         prepare_out_dir(out, resume=True, force=False)
         saved = runlog.read_json(out / "config.json")
@@ -199,8 +213,11 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     sweep.check_divisible(population.size, mesh)
     # Multi-host: every process runs this function; process 0 writes the files (docs/engine.md).
     writes = jax.process_index() == 0
+    if writes and (resume or (force and out.exists())):
+        held.append(runlog.lock_run_dir(out))  # one writer per run directory
     if not resume and writes:
         prepare_out_dir(out, resume=False, force=force)
+        held.append(runlog.lock_run_dir(out))  # (the lock taken above moved aside with the run)
         runlog.write_json(out / "config.json", {
             "config": config.to_dict(), "settings": list(population.settings),
             "num_seeds": spec.num_seeds, "seed": spec.seed, "num_chunks": spec.num_chunks,

@@ -1,0 +1,93 @@
+"""Runs survive kill -9 at any moment (during checkpoint and metrics writes included), one
+process writes a run directory at a time, and an unwritable output is one line."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxcredit import runlog
+from jaxcredit.agents import TrainConfig
+from jaxcredit.agents.host_loop import RunSpec, run_experiment
+from jaxcredit.cli import main
+
+TRAIN = ["train", "--algo", "a2c", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps",
+         "16", "--total-timesteps", str(4 * 16 * 40), "--num-chunks", "20", "--num-seeds", "2",
+         "--eval-every", "2", "--hidden-sizes", "16"]
+
+
+def _jaxcredit(args, cache, **kw):
+    script = pathlib.Path(sys.executable).parent / "jaxcredit"
+    env = dict(os.environ, JAXCREDIT_COMPILE_CACHE=str(cache))
+    return subprocess.Popen([str(script), *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_kill_9_at_random_moments_then_resume_equals_the_uninterrupted_run(tmp_path):
+    cache = tmp_path / "cache"
+    whole = _jaxcredit(TRAIN + ["--out", str(tmp_path / "whole")], cache)
+    assert whole.wait(timeout=300) == 0, whole.stderr.read()
+    run = tmp_path / "killed"
+    rng = random.Random(0)
+    args = TRAIN + ["--out", str(run)]
+    kills = 0
+    for attempt in range(12):
+        proc = _jaxcredit(args, cache)
+        # Compiles are cached, so a run spends most of its time between chunks: writing
+        # metrics and checkpoints, where the kill is most likely to land.
+        time.sleep(rng.uniform(1.0, 4.0))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+        args = ["train", "--out", str(run), "--resume"]
+        if runlog.read_json(run / "config.json") and _finished(run):
+            break
+    assert kills >= 2
+    if not _finished(run):
+        last = _jaxcredit(args, cache)
+        assert last.wait(timeout=300) == 0, last.stderr.read()
+    assert (run / "metrics.csv").read_bytes() == (tmp_path / "whole" / "metrics.csv").read_bytes()
+
+
+def _finished(run: pathlib.Path) -> bool:
+    try:
+        rows = runlog.read_metrics(run / "metrics.csv")
+    except (ValueError, FileNotFoundError):
+        return False
+    return len(rows["update"]) > 0 and int(rows["update"].max()) == 40 and \
+        len(rows["update"]) == 80
+
+
+def test_a_second_writer_is_refused(tmp_path):
+    config = TrainConfig(algo="a2c", num_envs=2, num_steps=8, total_timesteps=2 * 8 * 2,
+                         hidden_sizes=(8,))
+    spec = RunSpec(num_seeds=1, num_chunks=2)
+    out = tmp_path / "run"
+    run_experiment(config, spec, out, progress=False, plot=False, max_chunks=1)
+    holder = runlog.lock_run_dir(out)  # as if another process were writing the run
+    try:
+        with pytest.raises(ValueError, match="is being written by pid"):
+            run_experiment(None, None, out, resume=True, progress=False, plot=False)
+        with pytest.raises(SystemExit) as exit_info:
+            main(["train", "--out", str(out), "--resume"])
+        assert exit_info.value.code == 2
+    finally:
+        holder.close()
+    assert run_experiment(None, None, out, resume=True, progress=False, plot=False)["finished"]
+
+
+def test_an_unwritable_output_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--algo", "a2c", "--num-envs", "2", "--num-steps", "8",
+              "--total-timesteps", "16", "--out", "/proc/jaxcredit-cannot-write-here"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jaxcredit: error:"), err
