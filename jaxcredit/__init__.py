@@ -1,8 +1,7 @@
 """jaxcredit: credit assignment for reinforcement learning in JAX.
 
-Importing jaxcredit sets the XLA:CPU flags of :mod:`jaxcredit.xla_flags` (unless jax has already
-started a backend, or ``JAXCREDIT_SAFE_XLA_CPU=0``): without them large vmapped programs can
-freeze on small CPU machines.
+Importing jaxcredit adds the XLA:CPU flags of :mod:`jaxcredit.xla_flags` when
+``JAXCREDIT_SAFE_XLA_CPU=1`` (before jax starts a backend); by default XLA's own flags apply.
 """
 
 from jaxcredit.xla_flags import configure_cpu_flags

@@ -1,18 +1,21 @@
-"""XLA:CPU flags that keep large vmapped programs from deadlocking on small machines.
+"""XLA:CPU flags that were jaxcredit's guard against a deadlock, now opt-in.
 
-On 2-core machines, vmapped training programs (tens of seeds in one program) were seen to
-freeze inside ``block_until_ready`` with every XLA:CPU thread parked in a futex wait and no
-progress. Turning off XLA:CPU's concurrency-optimised scheduler (and multi-threaded Eigen) made it
-rare (``multi_thread_eigen`` alone did not help), though one 16-seed program still hung with them
-under heavy load, so they are a mitigation, not a proven cure.
+On 2-core machines, vmapped programs (a population of seeds in one program) froze inside XLA:CPU
+with every thread parked. For a while every jaxcredit command therefore turned off XLA:CPU's
+concurrency-optimised scheduler and multi-threaded Eigen, which made the freeze rare but not
+impossible and cost speed (PPO on CartPole at 4 envs: 0.81x PureJaxRL with the flags against
+1.16x without, same process).
 
-The mitigation has a price. With the flags the PPO engine ran at 0.94x PureJaxRL's speed on
-CartPole-v1 (4 envs) instead of 1.05-1.07x on a quiet 2-core machine, and at 0.60-0.65x when other
-jobs loaded the cores (``jaxcredit bench train``, same process; PureJaxRL was unaffected). We still
-turn them on by default on every jaxcredit command and in the test suite, because with XLA's
-defaults a 16-seed vmapped PPO program also hung (in ``jaxcredit bench train``) and a hang loses
-work. ``JAXCREDIT_SAFE_XLA_CPU=0`` keeps XLA's defaults (faster, at that risk); flags already in
-``XLA_FLAGS`` win. They only concern the CPU backend and must be set before jax starts.
+The cause was found: a native stack of a frozen process showed two pool threads inside jaxlib's
+*batched* LAPACK QR (``lapack_sgeqrf_ffi`` → ``ParallelBatchMap`` → ``BlockingCounter::Wait``),
+each waiting for sub-tasks only the other could run; the batched QR came from the orthogonal
+initialisers under ``jax.vmap`` over seed keys. jaxcredit's initialisers now run a vmapped QR as a
+loop of unbatched ones (:func:`jaxcredit.networks.orthogonal`), and with XLA's default flags the
+programs that used to freeze finished every time (``python -m jaxcredit.bench.hangs``:
+``results/hangs_cpu_default_flags.md``; flax's batched initialiser still hangs them,
+``results/hangs_cpu_flax_init.md``). So XLA's defaults are jaxcredit's defaults again, and the
+flags remain available: ``JAXCREDIT_SAFE_XLA_CPU=1`` adds them (flags already in ``XLA_FLAGS``
+win). They only concern the CPU backend and must be set before jax starts.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ CPU_SAFE_FLAGS = {
 ENV_SWITCH = "JAXCREDIT_SAFE_XLA_CPU"
 
 
-def configure_cpu_flags(default: bool = True) -> bool:
+def configure_cpu_flags(default: bool = False) -> bool:
     """Adds :data:`CPU_SAFE_FLAGS` to ``XLA_FLAGS`` unless set already; True if anything changed.
 
     Args:

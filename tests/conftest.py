@@ -1,4 +1,5 @@
-"""Shared test setup: XLA:CPU flags that avoid a rare scheduler deadlock (see jaxcredit.xla_flags).
+"""Shared test setup: the XLA:CPU flags as a jaxcredit command sets them (jaxcredit.xla_flags: XLA's
+defaults unless JAXCREDIT_SAFE_XLA_CPU=1), and no compilation cache.
 
 pytest imports this file before the test modules, so the flags are in place before jax starts.
 """
