@@ -286,7 +286,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
     steps = int(max_episode_steps or horizon or DEFAULT_MAX_EPISODE_STEPS)
     if steps < 1:
         raise ValueError(f"rudder: max_episode_steps must be positive, got {steps}")
-    model = ReturnModel(features, cell)
+    network = ReturnModel(features, cell)
     aux_weight, fixed_scale = float(aux_weight), float(return_scale)
 
     def zero_carry(batch: int):
@@ -297,7 +297,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         num_actions = example.logits.shape[-1]
         x = _inputs(example.obs[0], example.action[0], example.reward[0], num_actions,
                     jnp.float32(1.0))
-        return model.init(key, zero_carry(x.shape[0]), x)
+        return network.init(key, zero_carry(x.shape[0]), x)
 
     def init_memory(example: Trajectory) -> RudderMemory:
         num_envs = example.action.shape[1]
@@ -326,7 +326,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
             carry, prev_reward = carry_prev
             obs, action, reward, done = t
             x = _inputs(obs, action, prev_reward, num_actions, scale)
-            carry, g = model.apply(params, carry, x)
+            carry, g = network.apply(params, carry, x)
             reset = lambda x: jnp.where(  # noqa: E731
                 done.reshape(done.shape + (1,) * (x.ndim - 1)), jnp.zeros_like(x), x)
             return (jax.tree.map(reset, carry), reset(reward)), g * scale
@@ -367,7 +367,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         prev = jnp.concatenate([jnp.zeros_like(reward[:1]), reward[:-1]])
         obs, action = jnp.swapaxes(episodes.obs, 0, 1), jnp.swapaxes(episodes.action, 0, 1)
         x = _inputs(obs, action, prev, num_actions, scale)
-        _, g = jax.lax.scan(lambda c, xt: model.apply(params, c, xt),
+        _, g = jax.lax.scan(lambda c, xt: network.apply(params, c, xt),
                             zero_carry(action.shape[1]), x)
         return g
 
