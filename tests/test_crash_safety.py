@@ -36,10 +36,16 @@ def test_kill_9_at_random_moments_then_resume_equals_the_uninterrupted_run(tmp_p
     assert whole.wait(timeout=300) == 0, whole.stderr.read()
     run = tmp_path / "killed"
     rng = random.Random(0)
-    args = TRAIN + ["--out", str(run)]
     kills = 0
-    for attempt in range(12):
-        proc = _jaxcredit(args, cache)
+
+    def command():
+        # Killed before it wrote its config, a run has nothing to resume: it starts again.
+        if (run / "config.json").exists():
+            return ["train", "--out", str(run), "--resume"]
+        return TRAIN + ["--out", str(run)]
+
+    for _ in range(12):
+        proc = _jaxcredit(command(), cache)
         # Compiles are cached, so a run spends most of its time between chunks: writing
         # metrics and checkpoints, where the kill is most likely to land.
         time.sleep(rng.uniform(1.0, 4.0))
@@ -47,12 +53,12 @@ def test_kill_9_at_random_moments_then_resume_equals_the_uninterrupted_run(tmp_p
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait(timeout=60)
-        args = ["train", "--out", str(run), "--resume"]
-        if runlog.read_json(run / "config.json") and _finished(run):
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read()
+        if _finished(run):
             break
     assert kills >= 2
     if not _finished(run):
-        last = _jaxcredit(args, cache)
+        last = _jaxcredit(command(), cache)
         assert last.wait(timeout=300) == 0, last.stderr.read()
     assert (run / "metrics.csv").read_bytes() == (tmp_path / "whole" / "metrics.csv").read_bytes()
 
@@ -91,3 +97,16 @@ def test_an_unwritable_output_is_one_line(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("jaxcredit: error:"), err
+
+
+def test_a_folder_left_by_a_run_killed_before_its_config_can_be_reused(tmp_path):
+    from jaxcredit.agents.host_loop import prepare_out_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / runlog.LOCK_FILE).write_text("pid 1")
+    (out / "config.json.tmp").write_text("{")
+    prepare_out_dir(out, resume=False, force=False)  # no run there: nothing to refuse
+    (out / "metrics.csv").write_text("x")
+    with pytest.raises(ValueError, match="already exists"):
+        prepare_out_dir(out, resume=False, force=False)

@@ -146,7 +146,10 @@ def prepare_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
         if not (out / "config.json").exists():
             raise ValueError(f"cannot resume: {out} holds no run (no config.json)")
         return
-    if out.exists() and any(out.iterdir()):
+    # A folder with nothing but the writer's lock (a run killed before it wrote its config)
+    # holds no run.
+    if out.exists() and any(p.name != runlog.LOCK_FILE and not p.name.endswith(".tmp")
+                            for p in out.iterdir()):
         if not force:
             raise ValueError(f"{out} already exists; pass --resume to continue it or --force to "
                              "start over (the old directory is moved aside, not deleted)")
