@@ -96,6 +96,13 @@ class RunOptions:
     """stop after this many chunks (continue later with --resume)"""
     logger: Repeatable = ()
     """extra per-seed loggers: tensorboard, wandb (pip install 'jaxcredit[loggers]')"""
+    watchdog_multiple: float = 20.0
+    """hang watchdog: a chunk running longer than max(floor, this × the longest chunk) ends the
+    process with stack dumps in the run directory and exit status 75 (0: off)"""
+    watchdog_floor: float = 600.0
+    """hang watchdog: seconds a chunk may always take"""
+    max_restarts: int = 0
+    """resume a run that the watchdog ended, up to this many times"""
 
 
 @dataclasses.dataclass
@@ -278,6 +285,11 @@ def _default_out(config: TrainConfig) -> str:
 def cmd_train(args, settings=None, swept=()) -> dict:
     from jaxcredit.agents.host_loop import RunSpec, run_experiment
 
+    if args.watchdog_multiple < 0 or args.watchdog_floor < 0 or args.max_restarts < 0:
+        raise UsageError("--watchdog-multiple, --watchdog-floor and --max-restarts must be >= 0")
+    if args.max_restarts > 0:
+        return _supervise(args)
+    watch = dict(watchdog_multiple=args.watchdog_multiple, watchdog_floor=args.watchdog_floor)
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
@@ -286,7 +298,8 @@ def cmd_train(args, settings=None, swept=()) -> dict:
             raise UsageError(f"--resume continues the saved run as it was configured; it takes no "
                              f"config flags (got {', '.join(changed)})")
         return _report(run_experiment(None, None, args.out, resume=True, progress=args.progress,
-                                      max_chunks=args.stop_after_chunks, loggers=flat(args.logger)))
+                                      max_chunks=args.stop_after_chunks, loggers=flat(args.logger),
+                                      **watch))
     config = build_config(args)
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
@@ -294,13 +307,37 @@ def cmd_train(args, settings=None, swept=()) -> dict:
                    seed=args.seed, num_chunks=args.num_chunks, swept=tuple(swept))
     summary = _report(run_experiment(config, spec, args.out or _default_out(config),
                                      force=args.force, progress=args.progress,
-                                     max_chunks=args.stop_after_chunks, loggers=flat(args.logger)))
+                                     max_chunks=args.stop_after_chunks, loggers=flat(args.logger),
+                                     **watch))
     steps = config.num_updates * config.steps_per_update
     if steps != config.total_timesteps:  # whole updates only: say so rather than round silently
         print(f"note: --total-timesteps {config.total_timesteps:g} ran as {config.num_updates} "
               f"updates × {config.steps_per_update} env steps = {steps} steps per seed",
               file=sys.stderr)
     return summary
+
+
+def _supervise(args) -> int:
+    """``--max-restarts K``: runs the command in a child process and, when the watchdog ends it
+    (exit status 75), resumes it from its last checkpoint, up to K times."""
+    import subprocess  # noqa: PLC0415
+
+    from jaxcredit.watchdog import HANG_EXIT_STATUS  # noqa: PLC0415
+
+    out = args.out or (_default_out(build_config(args)) if not args.resume else None)
+    child = [*_ARGV, "--max-restarts", "0"] + ([] if args.out else ["--out", str(out)])
+    resume = ["train", "--out", str(out), "--resume", "--max-restarts", "0",
+              "--watchdog-multiple", repr(args.watchdog_multiple),
+              "--watchdog-floor", repr(args.watchdog_floor)]
+    for attempt in range(args.max_restarts + 1):
+        code = subprocess.call([sys.executable, "-c", "from jaxcredit.cli import main; main()",
+                                *child])
+        if code != HANG_EXIT_STATUS or attempt == args.max_restarts:
+            return code
+        print(f"{PROG}: the run in {out} hung; resuming it from its last checkpoint "
+              f"(restart {attempt + 1} of {args.max_restarts})", file=sys.stderr, flush=True)
+        child = resume
+    return code
 
 
 def _changed_config_flags(args) -> list[str]:
@@ -417,7 +454,11 @@ def _tyro_message(text: str) -> str:
 SUBCOMMANDS = ("train", "sweep", "plot", "list", "run", "bench", "diagnose")
 
 
+_ARGV: list[str] = []  # the command being run (``--max-restarts`` runs it again in a child)
+
+
 def dispatch(argv: list[str]):
+    _ARGV[:] = argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return None

@@ -43,6 +43,7 @@ from jaxcredit import plotting, runlog, stats, sweep
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.checkpoint import Checkpointer
+from jaxcredit.watchdog import ChunkWatchdog, maybe_stall
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +164,8 @@ def prepare_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
 def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, *,
                    resume: bool = False, force: bool = False, progress: bool = True,
                    max_chunks: int | None = None, plot: bool = True, mesh: Any = None,
-                   env: Any = None, env_params: Any = None, loggers: tuple = ()) -> dict:
+                   env: Any = None, env_params: Any = None, loggers: tuple = (),
+                   watchdog_multiple: float = 0.0, watchdog_floor: float = 600.0) -> dict:
     """Trains (or resumes) a run into ``out`` and returns a small summary dict.
 
     Args:
@@ -177,6 +179,9 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
       mesh: device mesh for the population axis (default: all devices).
       env, env_params: an environment instance instead of ``config.env``.
       loggers: extra per-member loggers, ``("tensorboard", "wandb")`` (``jaxcredit.loggers``).
+      watchdog_multiple, watchdog_floor: end the process with a stack dump when a chunk runs
+        longer than ``max(floor, multiple × the longest chunk)`` seconds
+        (``jaxcredit.watchdog``; ``multiple = 0``, the default here, turns it off).
 
     Returns:
       ``{"out", "updates", "finished", "metric", "final_return", "members", "compile_seconds",
@@ -190,14 +195,15 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     held: list = []  # the run directory's lock, released however this call ends
     try:
         return _run_experiment(config, spec, pathlib.Path(out), resume, force, progress,
-                               max_chunks, plot, mesh, env, env_params, loggers, held)
+                               max_chunks, plot, mesh, env, env_params, loggers, held,
+                               (watchdog_multiple, watchdog_floor))
     finally:
         for lock in held:
             lock.close()
 
 
 def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, max_chunks, plot,
-                    mesh, env, env_params, loggers, held: list) -> dict:
+                    mesh, env, env_params, loggers, held: list, watch: tuple) -> dict:
     """:func:`run_experiment`'s body; locks it takes go into ``held``."""
     if resume:
         prepare_out_dir(out, resume=True, force=False)
@@ -269,12 +275,18 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
                unit_scale=True, initial=done_updates * steps_per_update * population.size,
                disable=not progress, dynamic_ncols=True, desc=out.name)
     last_return = float("nan")  # mean over members of the latest value of the headline metric
+    watchdog = (ChunkWatchdog(out, *watch) if writes and watch[0] > 0 else None)
     try:
         for length in todo:
             start = time.perf_counter()
+            if watchdog is not None:
+                watchdog.chunk_started()
+            maybe_stall(out, int(np.searchsorted(boundaries, done_updates)) + 1)  # test hook
             state, metrics = programs[length](state, hparams)
             metrics = (multihost_utils.process_allgather(metrics, tiled=True)
                        if jax.process_count() > 1 else jax.device_get(metrics))
+            if watchdog is not None:
+                watchdog.chunk_finished()
             elapsed = time.perf_counter() - start
             if writes:
                 writer.append(metrics, population.hparam_index, population.seed_index,
@@ -292,6 +304,8 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     finally:
         bar.close()
         checkpointer.close()
+        if watchdog is not None:
+            watchdog.close()
         for logger in extra_loggers:
             logger.close()
     finished = done_updates == config.num_updates
