@@ -358,3 +358,25 @@ def test_bench_estimators_small(tmp_path, capsys):
     saved = json.loads((tmp_path / "e.json").read_text())
     assert saved["gamma"] == 0.9 and {t["impl"] for t in saved["timings"]} == {"scan", "rlax"}
     assert "n_step (n=5)" in out
+
+
+def test_bench_all_smoke_writes_every_table(tmp_path, capsys):
+    """`jaxcredit bench all` at its smallest size: the estimator table, the PPO races (main,
+    many envs, many seeds), the fitted-estimator and RUDDER races, as JSON and markdown."""
+    code, out, err = run_cli(["bench", "all", "--size", "smoke", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    saved = json.loads((tmp_path / "all.json").read_text())
+    assert saved["size"] == "smoke"
+    assert {t["estimator"].split(" ")[0] for t in saved["estimators"]["timings"]} == {
+        "gae", "vtrace"}
+    names = [r["race"] for r in saved["train"]["races"]]
+    assert len(names) == 5 and "64 envs" in names[1] and "2 seeds vmapped" in names[2]
+    assert any("rudder" in c["label"] for c in saved["train"]["races"][-1]["cases"])
+    text = (tmp_path / "all.md").read_text()
+    assert "### Estimators against rlax" in text and text.count("```") == 2 * (1 + len(names))
+
+
+def test_bench_all_bad_size_is_one_line(capsys):
+    code, out, err = run_cli(["bench", "all", "--size", "huge"], capsys)
+    assert code == 2 and not out
+    assert err.strip().startswith("jaxcredit: error: --size must be auto or one of")

@@ -1,4 +1,4 @@
-"""``jaxcredit bench {train,estimators}``: the benchmark commands.
+"""``jaxcredit bench {train,estimators,all}``: the benchmark commands.
 
 Their flags come from the dataclasses :class:`~jaxcredit.bench.train.TrainBench` and
 :class:`~jaxcredit.bench.estimators.EstimatorsBench` (each field's docstring is its help, with
@@ -12,12 +12,15 @@ from typing import Annotated, Optional, Sequence, Union
 
 import tyro
 
+from jaxcredit.bench import all as all_bench
 from jaxcredit.bench import estimators, train
 from jaxcredit.cli import UsageError, parse
 
 PROG = "jaxcredit bench"
-BENCHMARKS = {"train": train.TrainBench, "estimators": estimators.EstimatorsBench}
-RUNNERS = {train.TrainBench: train.bench, estimators.EstimatorsBench: estimators.bench}
+BENCHMARKS = {"train": train.TrainBench, "estimators": estimators.EstimatorsBench,
+              "all": all_bench.AllBench}
+RUNNERS = {train.TrainBench: train.bench, estimators.EstimatorsBench: estimators.bench,
+           all_bench.AllBench: all_bench.bench}
 BenchArgs = Union[tuple(Annotated[cls, tyro.conf.subcommand(name)]
                         for name, cls in BENCHMARKS.items())]
 

@@ -83,12 +83,12 @@ class TrainBench:
     """a git revision of this checkout whose engine races the current one, e.g. 21c2ce5"""
     compare_all: bool = False
     """also race PureJaxRL and the baseline revision in the many-envs and many-seeds cases"""
-    big_envs: int = 2048
-    """envs of the many-envs case"""
+    big_envs: tuple[int, ...] = (2048,)
+    """envs of the many-envs cases (one race each)"""
     big_updates: int = 4
     """updates per call in the many-envs case"""
-    seeds: int = 16
-    """seeds of the vmapped many-seeds case"""
+    seeds: tuple[int, ...] = (16,)
+    """seeds of the vmapped many-seeds cases (one race each)"""
     seeds_timesteps: float = 1e5
     """env steps per seed in the many-seeds case"""
     dqn: bool = False
@@ -248,12 +248,12 @@ def main_race(args: TrainBench, rivals: Rivals, hparams: dict, repeats: int) -> 
 def scale_races(args: TrainBench, rivals: Rivals, hparams: dict, repeats: int) -> list[dict]:
     """The many-envs and the many-seeds cases."""
     results = []
-    big_steps = args.big_envs * 128 * args.big_updates
     seed_steps = int(args.seeds_timesteps)
-    for name, num_envs, steps, seeds in (
-            (f"PPO+GAE {PPO_ENV}, {args.big_envs} envs", args.big_envs, big_steps, 1),
-            (f"PPO+GAE {PPO_ENV}, 4 envs x {args.seeds} seeds vmapped", 4, seed_steps,
-             args.seeds)):
+    shapes = [(f"PPO+GAE {PPO_ENV}, {envs} envs", envs, envs * 128 * args.big_updates, 1)
+              for envs in args.big_envs]
+    shapes += [(f"PPO+GAE {PPO_ENV}, 4 envs x {seeds} seeds vmapped", 4, seed_steps, seeds)
+               for seeds in args.seeds]
+    for name, num_envs, steps, seeds in shapes:
         cases = [engine_case("jaxcredit", current, dict(ppo_fields(num_envs, steps),
                                                         eval_every=0), hparams, seeds)]
         if args.compare_all:
@@ -418,10 +418,13 @@ def check(args: TrainBench) -> Checked:
     """Validates everything before anything is compiled."""
     hparams = {"gamma": args.gamma, "lambda_": args.lambda_}
     current.Hparams.create(**hparams)  # one-line ValueError out of range
-    for name in ("repeats", "total_timesteps", "big_envs", "big_updates", "seeds",
-                 "seeds_timesteps", "estimator_envs", "estimator_steps", "estimator_updates",
+    for name in ("repeats", "total_timesteps", "big_updates", "seeds_timesteps",
+                 "estimator_envs", "estimator_steps", "estimator_updates",
                  "redistributor_envs", "redistributor_steps", "redistributor_updates"):
         _positive(name, getattr(args, name))
+    for name in ("big_envs", "seeds"):
+        for value in getattr(args, name):
+            _positive(name, value)
     if args.purejaxrl and args.purejaxrl_git:
         raise ValueError("give --purejaxrl or --purejaxrl-git, not both")
     if args.json and pathlib.Path(args.json).is_dir():
