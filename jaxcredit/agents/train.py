@@ -206,7 +206,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         raise ValueError(f"relabel stage {config.relabel!r} relabels replayed transitions and "
                          f"needs the off-policy learner (--algo dqn): a policy gradient on "
                          f"relabelled goals would be off-policy")
-    redistributor = (_make_redistributor(config, _episode_horizon(env_params))
+    redistributor = (_make_redistributor(config, env, _episode_horizon(env_params))
                      if config.redistribute else None)
     needs_return_law = estimator.exact_model == "return_hindsight"
     ground_truth = gt_lib.make_ground_truth(env, env_params, needs_return_law)
@@ -328,6 +328,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                 metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
             else:
                 traj = redistributor.redistribute(rd_params, traj, rd_key)
+                if isinstance(traj, tuple):  # (trajectory, metrics)
+                    traj, rd_metrics = traj
+                    metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
             if reference is not None:
                 metrics.update({f"redistribute/{k}": v for k, v in redistribution_quality(
                     state, hparams, original, traj).items()})
@@ -441,8 +444,9 @@ def _episode_horizon(env_params: Any) -> Optional[int]:
     return int(steps) if steps else None
 
 
-def _make_redistributor(config: TrainConfig, horizon: Optional[int]) -> Redistributor:
-    """The redistribute stage, given the environment's time limit where its factory takes one."""
+def _make_redistributor(config: TrainConfig, env: Any, horizon: Optional[int]) -> Redistributor:
+    """The redistribute stage, given the environment and its time limit where its factory takes
+    them."""
     from jaxcredit.redistribute import REDISTRIBUTORS  # noqa: PLC0415
 
     options = dict(config.redistribute_options)
@@ -450,8 +454,9 @@ def _make_redistributor(config: TrainConfig, horizon: Optional[int]) -> Redistri
         accepted = inspect.signature(REDISTRIBUTORS.factory(config.redistribute)).parameters
     except (TypeError, ValueError):
         accepted = {}
-    if "horizon" in accepted and "horizon" not in options:
-        options["horizon"] = horizon
+    for keyword, value in (("env", env), ("horizon", horizon)):
+        if keyword in accepted and keyword not in options:
+            options[keyword] = value
     return make_redistributor(config.redistribute, **options)
 
 

@@ -68,9 +68,19 @@ def goal_env(env: Any) -> Optional[Any]:
 
 def success_fn(env: Any) -> Optional[Callable[[Array, Array], Array]]:
     """``(obs, next_obs) -> bool``: did the transition reach the goal shown in ``obs``? None for
-    environments without goals."""
+    environments without goals.
+
+    An environment that is not goal-conditioned but knows when an episode succeeded (a task whose
+    reward may be a proxy, such as ArithmeticChain's hacked grader) defines
+    ``episode_success(obs, next_obs)``; it is found through wrappers and used the same way.
+    """
     goals = goal_env(env)
     if goals is None:
+        inner, seen = env, 0
+        while inner is not None and seen < 16:
+            if callable(getattr(type(inner), "episode_success", None)):
+                return inner.episode_success
+            inner, seen = getattr(inner, "_env", None), seen + 1
         return None
     return lambda obs, next_obs: goals.success(goals.achieved_goal(next_obs),
                                                goals.desired_goal(obs))

@@ -3,7 +3,7 @@
 Names are those of gymnax (``CartPole-v1``, ``Catch-bsuite``, ``Breakout-MinAtar`` ...) and of
 jaxcredit (``Shortcut``, ``DelayedEffect``, ``AmbiguousBandit``, ``KeyToDoor``,
 ``TaskInterleaving``, ``TreeMDP``, ``GridWorld-v1/v2``, ``DelayedGridWorld-v1/v2``, ``BitFlip``,
-``GoalGrid``).
+``GoalGrid``, ``ArithmeticChain``).
 jaxcredit environments are imported lazily, by ``"module:Class"`` path.
 
 Keyword arguments are routed by name: those accepted by the environment's constructor fix its
@@ -51,6 +51,7 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "DelayedGridWorld-v1": _Entry("jaxcredit.envs.grid:DelayedGridWorld", (("version", 1),)),
     "DelayedGridWorld-v2": _Entry("jaxcredit.envs.grid:DelayedGridWorld", (("version", 2),)),
     "BitFlip": _Entry("jaxcredit.envs.bitflip:BitFlip"),
+    "ArithmeticChain": _Entry("jaxcredit.envs.arithmetic_chain:ArithmeticChain"),
     "GoalGrid": _Entry("jaxcredit.envs.goal_grid:GoalGrid"),
 }
 

@@ -6,6 +6,7 @@ predictor jumps; a process reward model scores every step of a chain of reasonin
 
     init(key, example_trajectory)              -> params
     redistribute(params, trajectory, key)      -> trajectory with new ``reward``
+                                                  (or ``(trajectory, metrics)``)
     loss(params, batch, hparams, key)          -> (scalar, metrics)    # what fitting minimises
 
 A redistributor that needs more than one window (a sequence model whose episodes span windows,
@@ -24,9 +25,11 @@ critic, the estimator and the objective all see the new rewards. Its ``loss`` me
 metrics ``redistribute`` returns are reported as ``redistribute/*``.
 
 Registered: ``rudder`` (:mod:`jaxcredit.redistribute.rudder`, an LSTM return decomposition with
-a lessons buffer). Register another with ``register("name", "package.module:factory")`` and
-select it with ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory that
-takes a ``horizon`` argument is given the environment's time limit.
+a lessons buffer) and ``prm`` (:mod:`jaxcredit.redistribute.prm`, step rewards from a process
+reward model). Register another with ``register("name", "package.module:factory")`` and select it
+with ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory that takes a
+``horizon`` argument is given the environment's time limit, one that takes ``env`` the
+environment.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ class Redistributor:
 
     Attributes:
       name: registry name.
-      redistribute: ``(params, trajectory, key) -> trajectory`` with new rewards.
+      redistribute: ``(params, trajectory, key) -> trajectory`` with new rewards (or
+        ``(trajectory, metrics)``, reported as ``redistribute/*``).
       init, loss: its model's initialiser and fitting loss.
       learned: True if ``loss`` fits parameters.
       init_memory: ``example_trajectory -> memory`` for a redistributor with a memory (then
@@ -81,6 +85,7 @@ class Redistributor:
 
 REDISTRIBUTORS = Registry("redistributor", {
     "rudder": "jaxcredit.redistribute.rudder:make_rudder",
+    "prm": "jaxcredit.redistribute.prm:make_prm",
 })
 
 
