@@ -34,6 +34,8 @@ LEARNERS: dict[str, dict[str, Any]] = {
     # Return decomposition: GAE on the rewards RUDDER redistributes.
     "A2C+RUDDER": dict(algo="a2c", estimator="gae", redistribute="rudder"),
     "PPO+RUDDER": dict(algo="ppo", estimator="gae", redistribute="rudder"),
+    # Step rewards from a process reward model (step-checkable tasks: ArithmeticChain).
+    "PPO+PRM": dict(algo="ppo", estimator="gae", redistribute="prm"),
 }
 SUFFIXES = ("oracle", "1-step")
 
@@ -51,7 +53,7 @@ def learner_fields(label: str, **overrides: Any) -> dict[str, Any]:
     fields = dict(LEARNERS[base])
     options = dict(fields.get("estimator_options", ()))
     if suffix == "oracle" and "redistribute" in fields:
-        # A return decomposition's exact prediction (jaxcredit.redistribute.rudder).
+        # A redistributor's exact model: RUDDER's exact return prediction, the PRM's labeller.
         fields["redistribute_options"] = (("model", "oracle"),)
     elif suffix == "oracle":
         options["model"] = "oracle"

@@ -77,9 +77,10 @@ def test_state_oracle_credit_equals_credit_from_the_dp_hindsight_table():
                          num_steps=8, total_timesteps=32, hidden_sizes=(16,))
     engine = make_engine(config)
     hparams = Hparams.create(gamma=0.9)
-    state = engine.init(KEY)
-    window = engine.collect(state, hparams, jax.random.key(1))
-    _, credit, _, _ = engine.assign_credit(state, window.trajectory, hparams, jax.random.key(2))
+    state = jax.jit(engine.init)(KEY)
+    window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
+    _, credit, _, _ = jax.jit(engine.assign_credit)(state, window.trajectory, hparams,
+                                                    jax.random.key(2))
     mdp = engine.env.tabular_mdp(engine.env_params)
     pi = gt.policy_table(engine.network, state.agent.params, mdp)
     table = jnp.log(jnp.maximum(tabular.state_hindsight(mdp, pi, 0.9), 1e-30))

@@ -119,9 +119,10 @@ def test_compute_reward_on_the_own_goal_is_the_stored_reward():
     engine = make_engine(TrainConfig(algo="dqn", env="BitFlip", env_options=(("n", 3),),
                                      num_envs=4, num_steps=12, total_timesteps=48 * 3,
                                      buffer_size=400, batch_size=4))
-    state = engine.init(jax.random.key(0))
+    state = jax.jit(engine.init)(jax.random.key(0))
+    step = jax.jit(engine.update_step)
     for _ in range(3):
-        state, _ = engine.update_step(state, Hparams.create())
+        state, _ = step(state, Hparams.create())
     exp = state.replay.experience
     filled = int(state.replay.current_index)
     assert filled == 36
@@ -190,11 +191,10 @@ def test_the_engine_trains_on_the_relabelled_rows_it_says():
     engine = make_engine(config)
     assert engine.anchor == 2 and engine.replay.window == 2 + max(2, 1 + 2)
     hp = Hparams.create()
-    state = engine.init(jax.random.key(0))
-    for _ in range(4):
-        state, _ = engine.update_step(state, hp)
+    state = jax.jit(engine.init)(jax.random.key(0))
+    state, _ = jax.jit(lambda s: engine.run(s, hp, 4))(state)
     key = jax.random.key(5)
-    _, metrics = engine.learn(state, hp, key, 1e-3)
+    _, metrics = jax.jit(engine.learn)(state, hp, key, 1e-3)
     sample_key, relabel_key = jax.random.split(key)
     window = engine.replay.sample(state.replay, sample_key)
     rows = jax.tree.map(lambda x: x[2:4], engine.relabeller.relabel(window, relabel_key))

@@ -264,6 +264,16 @@ def test_best_of_n_selection_on_a_hand_case():
                                   scores, [8], num_answers=4)
 
 
+def test_auroc_on_hand_cases():
+    correct = np.array([True, False, True, False])
+    assert best_of_n.auroc(np.array([0.9, 0.1, 0.8, 0.2]), correct) == 1.0
+    assert best_of_n.auroc(np.array([0.1, 0.9, 0.2, 0.8]), correct) == 0.0
+    assert best_of_n.auroc(np.ones(4), correct) == 0.5
+    # One of the four (right, wrong) pairs is ordered wrongly.
+    assert best_of_n.auroc(np.array([0.9, 0.5, 0.4, 0.1]), correct) == 0.75
+    assert np.isnan(best_of_n.auroc(np.ones(2), np.array([True, True])))
+
+
 def test_bootstrap_over_problems():
     per_problem = np.array([[0.0, 1.0] * 50])
     mean, low, high = best_of_n.bootstrap_over_problems(per_problem)

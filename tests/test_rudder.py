@@ -256,11 +256,11 @@ def _config(**kw):
 def test_engine_reads_the_undelayed_ground_truth_and_keeps_returns():
     engine = make_engine(_config(total_timesteps=16 * 9 * 10))
     assert engine.ground_truth is None  # the credit stages may not read it under DelayedReward
-    state = engine.init(jax.random.key(0))
+    state = jax.jit(engine.init)(jax.random.key(0))
     hparams = Hparams.create(gamma=1.0, redistributor_lr=1e-2)
-    window = engine.collect(state, hparams, jax.random.key(1))
-    traj, _, _, metrics = engine.assign_credit(state, window.trajectory, hparams,
-                                                jax.random.key(2))
+    window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
+    traj, _, _, metrics = jax.jit(engine.assign_credit)(state, window.trajectory, hparams,
+                                                         jax.random.key(2))
     np.testing.assert_allclose(np.asarray(traj.reward).sum(0),
                                np.asarray(window.trajectory.reward).sum(0), atol=1e-5)
     assert {"redistribute/advantage_correlation", "redistribute/decisive_share",
@@ -311,11 +311,11 @@ def test_oracle_puts_q_on_the_first_step_and_the_noise_on_the_last():
     config = _config(env_options=(("n", 3), ("sigma", 0.5)), num_envs=8, num_steps=4,
                      redistribute_options=(("model", "oracle"),), total_timesteps=8 * 4)
     engine = make_engine(config)
-    state = engine.init(jax.random.key(0))
+    state = jax.jit(engine.init)(jax.random.key(0))
     hparams = Hparams.create(gamma=1.0)
-    window = engine.collect(state, hparams, jax.random.key(1))
-    traj, _, _, metrics = engine.assign_credit(state, window.trajectory, hparams,
-                                                jax.random.key(2))
+    window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
+    traj, _, _, metrics = jax.jit(engine.assign_credit)(state, window.trajectory, hparams,
+                                                         jax.random.key(2))
     new, old = np.asarray(traj.reward), np.asarray(window.trajectory.reward)
     sign = 1.0 - 2.0 * np.asarray(window.trajectory.action)[0]
     np.testing.assert_allclose(new[0], sign, atol=1e-5)

@@ -19,7 +19,9 @@ five reward signals, each over many seeds:
 * ``PRM mul_as_add``: step rewards of a PRM trained the same way on the miscalibrated labeller's
   labels;
 * ``hacked outcome``: the outcome reward of a grader that checks a surface property of the
-  answer (its parity), not its correctness.
+  answer (its parity), not its correctness;
+* ``PRM fixed``: the learned PRM pre-trained on noisy-solver solutions and never refitted (the
+  agent's own solutions are off the grader's training distribution).
 
 Reported: the *true* success rate (``eval/success_rate``: the final answer is right, whatever
 the reward) and the *proxy* each learner optimises (the redistributed step score, or the hacked
@@ -44,12 +46,14 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
 from jaxcredit.envs import arithmetic_chain as ac
 from jaxcredit.envs import registry
+from jaxcredit.presets import learner_fields
 from jaxcredit.reward_models import best_of_n, models
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -66,13 +70,14 @@ SIZES = {
 # PPO on ArithmeticChain: a wider network and a higher learning rate than the CartPole defaults
 # (the policy must learn a table of modular arithmetic).
 RL_HPARAMS = dict(lr=1e-3, gamma=0.99, lambda_=0.95, ent_coef=0.05, redistributor_lr=1e-3)
-# learner label -> (redistribute options, env options)
+# learner label -> (preset, extra TrainConfig fields, env options)
 RL_LEARNERS = {
-    "outcome": (None, ()),
-    "PRM": ((), ()),
-    "PRM oracle": ((("model", "oracle"),), ()),
-    "PRM mul_as_add": ((("labeller", "mul_as_add"),), ()),
-    "hacked outcome": (None, (("grader", "parity"),)),
+    "outcome": ("PPO+GAE", {}, ()),
+    "PRM": ("PPO+PRM", {}, ()),
+    "PRM oracle": ("PPO+PRM oracle", {}, ()),
+    "PRM mul_as_add": ("PPO+PRM", {"redistribute_options": (("labeller", "mul_as_add"),)}, ()),
+    "hacked outcome": ("PPO+GAE", {}, (("grader", "parity"),)),
+    "PRM fixed": ("PPO+PRM", {"redistribute_options": (("refit", False),)}, ()),
 }
 
 
@@ -102,13 +107,16 @@ def run_best_of_n(size: dict, seed: int = 0) -> dict:
     train = ac.sample_solutions(k_train, env, slip, size["train_problems"], size["train_samples"])
     scorer = models.StepScorer(env.num_actions, (256, 256))
     fit = jax.jit(models.fit, static_argnums=(1, 2, 4, 5))
-    graders = {"PRM": ("prm", "none"), "ORM": ("orm", "none"),
-               "PRM mul_as_add": ("prm", "mul_as_add")}
+    # name -> (kind, labeller, fitting steps as a multiple of the size's); the ORM is also fitted
+    # 4x longer, to see whether its shortfall is fitting budget.
+    graders = {"PRM": ("prm", "none", 1), "ORM": ("orm", "none", 1),
+               "PRM mul_as_add": ("prm", "mul_as_add", 1), "ORM 4x steps": ("orm", "none", 4)}
     params, fit_seconds, losses = {}, {}, {}
-    for name, (kind, miscalibration) in graders.items():
+    for name, (kind, miscalibration, multiple) in graders.items():
         start = time.time()
         data = models.grade_solutions(env, *train, miscalibration=miscalibration)
-        params[name], loss = fit(k_fit, scorer, kind, data, size["fit_steps"], 256, 1e-3)
+        params[name], loss = fit(k_fit, scorer, kind, data, multiple * size["fit_steps"], 256,
+                                 1e-3)
         losses[name] = float(loss[-100:].mean())
         fit_seconds[name] = time.time() - start
     start, op, operand, written = ac.sample_solutions(k_test, env, slip, size["test_problems"],
@@ -128,7 +136,7 @@ def run_best_of_n(size: dict, seed: int = 0) -> dict:
         return jnp.concatenate(out)
 
     scores = {"PRM (product)": scores_of("PRM", "prm"), "PRM (min)": scores_of("PRM", "prm", "min"),
-              "ORM": scores_of("ORM", "orm"),
+              "ORM": scores_of("ORM", "orm"), "ORM 4x steps": scores_of("ORM 4x steps", "orm"),
               "PRM mul_as_add": scores_of("PRM mul_as_add", "prm")}
     # The exact labeller as a PRM (product of 0/1 step judgements): the ceiling of process
     # supervision on this pool.
@@ -143,6 +151,8 @@ def run_best_of_n(size: dict, seed: int = 0) -> dict:
                for name, c in curves.items()}
     return {
         "ns": ns, "curves": summary,
+        "auroc": {name: best_of_n.auroc(np.asarray(score), np.asarray(correct))
+                  for name, score in scores.items()},
         "pool": {"success": float(correct.mean()), "lucky": float(lucky.mean()),
                  "exact_rates": ac.noisy_solver_rates(env, SLIP)},
         "step_agreement_with_exact": {k: float(v["labelled_accuracy"])
@@ -160,13 +170,12 @@ def run_best_of_n(size: dict, seed: int = 0) -> dict:
 
 
 def rl_case(label: str, size: dict) -> X.Case:
-    redistribute, env_options = RL_LEARNERS[label]
+    preset, extra, env_options = RL_LEARNERS[label]
     updates = size["rl_timesteps"] // (size["num_envs"] * 16)
     config = TrainConfig(
-        algo="ppo", estimator="gae", env="ArithmeticChain",
+        **learner_fields(preset, **extra), env="ArithmeticChain",
         env_options=(("steps", size["rl_steps"]), ("modulus", size["rl_modulus"])) + env_options,
-        redistribute=None if redistribute is None else "prm",
-        redistribute_options=redistribute or (), num_envs=size["num_envs"], num_steps=16,
+        num_envs=size["num_envs"], num_steps=16,
         total_timesteps=size["rl_timesteps"], hidden_sizes=(256, 256),
         eval_every=max(1, updates // 40), eval_episodes=256, redistribute_fit_steps=4)
     return X.Case(name=f"rl/{label.replace(' ', '_')}", config=config, settings=(RL_HPARAMS,),
@@ -207,7 +216,13 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         lines += X.markdown_table([str(n) for n in ns], names, cell) + [""]
         lines += ["Step agreement with the exact labels on the labelled steps of the held-out "
                   "pools: " + ", ".join(f"{k} {v:.3f}" for k, v in
-                                        bon["step_agreement_with_exact"].items()), ""]
+                                        bon["step_agreement_with_exact"].items()) + ".", ""]
+        if "auroc" in bon:
+            lines += ["How well each grader's score separates right from wrong solutions over "
+                      "the held-out pools (AUROC; 0.5 = chance): " + ", ".join(
+                          f"{k} {v:.3f}" for k, v in bon["auroc"].items()) + ".", ""]
+        lines += ["Final training loss (binary cross-entropy): " + ", ".join(
+            f"{k} {v:.4f}" for k, v in bon["final_train_loss"].items()) + ".", ""]
         _plot_best_of_n(out / "best_of_n.png", bon)
         files += ["best_of_n.json", "best_of_n.png"]
     rl_cases = [c for c in cases]

@@ -12,6 +12,9 @@ subsets. Selection rules:
 * ``pass@N`` (reported alongside, not a selection): some solution in the subset is correct, the
   ceiling every selection rule is under.
 
+:func:`auroc` says how well a grader's scores separate right from wrong solutions over a whole
+pool, independently of N.
+
 Confidence intervals are bootstrap intervals over problems, the independent unit.
 """
 
@@ -22,6 +25,7 @@ from typing import Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import stats as scipy_stats
 
 Array = jax.Array
 
@@ -93,3 +97,16 @@ def bootstrap_over_problems(per_problem: np.ndarray, reps: int = 2000, seed: int
     means = per_problem[..., draws].mean(-1)  # [..., reps]
     return (per_problem.mean(-1), np.percentile(means, 2.5, axis=-1),
             np.percentile(means, 97.5, axis=-1))
+
+
+def auroc(scores: np.ndarray, correct: np.ndarray) -> float:
+    """Area under the ROC curve of ``scores`` for telling right solutions from wrong ones:
+    P(score of a right solution > score of a wrong one), ties counting one half (the
+    Mann–Whitney statistic). 0.5: no better than chance; NaN if either class is empty."""
+    scores, correct = np.asarray(scores, np.float64).ravel(), np.asarray(correct, bool).ravel()
+    positives, negatives = int(correct.sum()), int((~correct).sum())
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    ranks = scipy_stats.rankdata(scores)
+    return float((ranks[correct].sum() - positives * (positives + 1) / 2)
+                 / (positives * negatives))
