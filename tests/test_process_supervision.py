@@ -110,6 +110,15 @@ def test_episode_rewards_termination_and_success():
         assert bool(succeed(obs, obs2)) == (t == 2)
         obs = obs2
     assert env.decode(obs)["written"].tolist() == [5, 6, 5]
+    # The step labels in info: right, wrong (4 ≠ 6), after the error.
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    state = state.replace(start=jnp.int32(3), op=jnp.array([0, 2, 1]),
+                          operand=jnp.array([2, 4, 1]))
+    seen = []
+    for action in [5, 4, 3]:
+        _, state, _, _, info = env.step_env(None, state, action, params)
+        seen.append(int(info["step_label"]))
+    assert seen == [ac.CORRECT, ac.FIRST_ERROR, ac.AFTER_ERROR]
     hacked, _ = _env(steps=3, modulus=7, grader="parity")
     state = state.replace(written=jnp.array([5, 6, -1]), time=2)
     obs = hacked.get_obs(state)
@@ -131,6 +140,14 @@ def test_decode_inverts_get_obs_and_judgement_matches_labels():
     shown = jnp.where(jnp.arange(4)[None, :, None] > jnp.arange(4)[None, None, :], written[:, None],
                       -1)
     assert (d["written"] == shown).all()
+    # The current line the policy reads first: one-hot y_t (x_0 at t = 0), op_t, c_t.
+    prev = ac.previous_values(start, written)
+    m, n = 5, len(ac.OPS)
+    assert (jnp.argmax(obs[..., :m], -1) == prev).all()
+    assert (jnp.argmax(obs[..., m:m + n], -1) == op).all()
+    assert (jnp.argmax(obs[..., m + n:2 * m + n], -1) == operand).all()
+    labels = ac.step_labels(start, op, operand, written, 5)
+    assert (env.step_label(obs, action) == labels).all()
     for miscalibration in ac.MISCALIBRATIONS:
         judged = ac.step_consistent(start, op, operand, written, 5, miscalibration)
         here, before = env.step_judgement(obs, action, miscalibration)
@@ -259,6 +276,15 @@ def test_best_of_n_selection_on_a_hand_case():
     tie = best_of_n.majority_answer(jax.random.PRNGKey(1), jnp.array([[1, 2]] * 4000),
                                     jnp.zeros((4000, 1, 2), jnp.int32) + jnp.array([0, 1]), 4)
     assert float((tie == 1).mean()) == pytest.approx(0.5, abs=0.03)
+    # Equal scores: each solution is picked with probability 1/4, also over the whole pool.
+    flat = {"flat": jnp.zeros((1, 4))}
+    curves = best_of_n.accuracy_curves(jax.random.PRNGKey(2), correct, answers, jnp.array([1]),
+                                       flat, [2, 4], num_answers=4, repeats=4000)
+    assert curves["flat"][0, 0] == pytest.approx(0.25, abs=0.03)
+    assert curves["flat"][1, 0] == pytest.approx(0.25)
+    # The whole-pool vote between tied answers: 1 and 2 twice each, 1 right -> 1/2.
+    tied = best_of_n.whole_pool_majority(jnp.array([[1, 2, 2, 1]]), jnp.array([1]), 4)
+    assert float(tied[0]) == 0.5
     with pytest.raises(ValueError, match="pool size"):
         best_of_n.accuracy_curves(jax.random.PRNGKey(0), correct, answers, jnp.array([1]),
                                   scores, [8], num_answers=4)
@@ -302,8 +328,8 @@ def test_prm_oracle_step_rewards_on_a_hand_window():
     stage = make_redistributor("prm", model="oracle", env=env)
     new, metrics = stage.redistribute({}, traj, jax.random.PRNGKey(0))
     np.testing.assert_allclose(new.reward[:, 0], [0.0, -1 / 3, 0.0])
-    assert float(metrics["exact_step_rate"]) == pytest.approx(2 / 3)
-    assert float(metrics["grader_accuracy"]) == 1.0
+    assert float(metrics["correct_step_rate"]) == pytest.approx(1 / 3)     # labels ✓ ✗ ·
+    assert float(metrics["consistent_step_rate"]) == pytest.approx(2 / 3)  # 4 − 1 = 3 follows
     # mul_as_add: the × read as + (5 + 4 = 2) is rewarded, the right product 6 is punished.
     biased = make_redistributor("prm", model="oracle", labeller="mul_as_add", env=env)
     new, metrics = biased.redistribute({}, _window(env, [5, 6, 5], jnp.array([[0.], [0.], [1.]])),
@@ -331,16 +357,31 @@ def test_prm_stage_errors_are_one_line():
 
 
 def test_train_with_the_prm_stage_reports_truth_and_proxy(tmp_path):
+    """A fitted, refitted PRM in a training run; then the oracle with the outcome kept under the
+    hacked grader: the evaluation return is the parity grader's pass rate, the success rate is
+    the truth, and the two differ."""
+    common = ["train", "--env", "ArithmeticChain", "--env-option", "steps=3", "modulus=5",
+              "--redistribute", "prm", "--num-envs", "8", "--num-steps", "6",
+              "--total-timesteps", "192", "--eval-every", "2", "--eval-episodes", "16",
+              "--no-progress"]
     out = tmp_path / "prm"
-    assert cli.main(["train", "--env", "ArithmeticChain", "--env-option", "steps=3", "modulus=5",
-                     "--redistribute", "prm", "--redistribute-option", "pretrain_steps=20",
-                     "pretrain_problems=64", "hidden=32,32", "--num-envs", "8", "--num-steps",
-                     "6", "--total-timesteps", "192", "--eval-every", "2", "--eval-episodes",
-                     "8", "--no-progress", "--out", str(out)]) == 0
+    assert cli.main(common + ["--redistribute-option", "pretrain_steps=20",
+                              "pretrain_problems=64", "hidden=32,32", "--out", str(out)]) == 0
     rows = runlog.read_rows(out / "metrics.csv")
     assert len(rows) == 4
-    for name in ("redistribute/step_score", "redistribute/exact_step_rate",
-                 "redistribute/grader_accuracy", "redistribute/loss", "success_rate"):
+    for name in ("redistribute/step_score", "redistribute/correct_step_rate",
+                 "redistribute/consistent_step_rate", "redistribute/grader_accuracy",
+                 "redistribute/loss", "success_rate"):
         assert all(np.isfinite(float(r[name])) for r in rows), name
-    ends = [r for r in rows if r["eval/success_rate"] not in ("", "nan")]
-    assert len(ends) == 2 and all(0.0 <= float(r["eval/success_rate"]) <= 1.0 for r in ends)
+    hacked = tmp_path / "hacked"
+    assert cli.main(common[:4] + ["steps=3", "modulus=5", "grader=parity"] + common[6:]
+                    + ["--redistribute-option", "model=oracle", "outcome=keep",
+                       "--out", str(hacked)]) == 0
+    ends = [r for r in runlog.read_rows(hacked / "metrics.csv")
+            if r["eval/success_rate"] not in ("", "nan")]
+    assert len(ends) == 2
+    truth = [float(r["eval/success_rate"]) for r in ends]
+    proxy = [float(r["eval/return"]) for r in ends]
+    # A near-uniform policy: the truth near 1/5, an even answer (0, 2, 4) near 3/5.
+    assert all(0.0 <= t <= 1.0 for t in truth) and truth != proxy
+    assert np.mean(proxy) > np.mean(truth)

@@ -210,6 +210,8 @@ class ArithmeticChain(environment.Environment[ChainState, ChainParams]):
         return self.get_obs(state), state, reward, done, info
 
     def get_obs(self, state, params=None, key=None) -> Array:
+        # In a final observation (time = K) the current line repeats the last step's line: that
+        # observation is never acted on, and a terminal is never bootstrapped from.
         m, k = self.modulus, self.steps
         parts = []
         if self.focus:
@@ -295,6 +297,14 @@ class ArithmeticChain(environment.Environment[ChainState, ChainParams]):
         before = jnp.where(jnp.arange(self.steps) < t[..., None], judged, True).all(-1)
         return here, before
 
+    def step_label(self, obs: Array, action: Array) -> Array:
+        """The ground-truth label (CORRECT / FIRST_ERROR / AFTER_ERROR) of the step an
+        ``(obs, action)`` pair takes, over the leading axes."""
+        d = self.solution_prefix(obs, action)
+        labels = step_labels(d["start"], d["op"], d["operand"], d["written"], self.modulus)
+        t = jnp.minimum(d["time"], self.steps - 1)
+        return jnp.take_along_axis(labels, t[..., None], axis=-1)[..., 0]
+
     def episode_success(self, obs: Array, next_obs: Array) -> Array:
         """Did the step ``obs → next_obs`` end the episode with the correct final answer? (The
         truth, whatever the grader pays: ``jaxcredit.envs.goals.success_fn`` reads it.)"""
@@ -326,7 +336,9 @@ def noisy_solver(key: Array, env: ArithmeticChain, start: Array, op: Array, oper
     """``[K]`` a solution written by a solver with misconceptions.
 
     At step k the solver computes op_k(y_k, c_k) from its own previous value; with probability
-    ``slip[op_k]`` it slips instead: with probability 3/4 it applies its *misconception* of the
+    ``slip[op_k]`` it slips instead (a nominal rate: a slip can land on the right value, e.g. ×
+    read as + when (y − 1)(c − 1) ≡ 1; :func:`noisy_solver_rates` counts such cases exactly):
+    with probability 3/4 it applies its *misconception* of the
     operation (``MISCONCEPTION``: + and − swapped, × read as +), otherwise it is off by one (±1,
     equal chance). Slips are systematic, as a language model's are: on a problem whose × step it
     usually gets wrong, most of its solutions share the same wrong answer, which is what makes
@@ -359,7 +371,7 @@ def noisy_solver_rates(env: ArithmeticChain, slip: Sequence[float] | float) -> d
     correct) and ``lucky`` = success − all_correct (right answer after a wrong step).
     """
     m, codes = env.modulus, [OPS.index(c) for c in env.ops]
-    rates = np.broadcast_to(np.asarray(slip, np.float64), (len(OPS),))
+    rates = np.asarray(slip_rates_array(env, slip), np.float64)
 
     def f(o, v, c):
         return (v + c if o == 0 else v - c if o == 1 else v * c) % m

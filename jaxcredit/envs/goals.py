@@ -72,7 +72,8 @@ def success_fn(env: Any) -> Optional[Callable[[Array, Array], Array]]:
 
     An environment that is not goal-conditioned but knows when an episode succeeded (a task whose
     reward may be a proxy, such as ArithmeticChain's hacked grader) defines
-    ``episode_success(obs, next_obs)``; it is found through wrappers and used the same way.
+    ``episode_success(obs, next_obs)``; it is found through wrappers and used the same way (it
+    reads the environment's own observations: a wrapper that changes observations must hide it).
     """
     goals = goal_env(env)
     if goals is None:

@@ -7,9 +7,10 @@ stage turns the scores into step rewards::
     r̃_t = (p_t − 1) / K            (+ r_t, the environment's outcome reward, with ``outcome=keep``)
 
 so a right step costs nothing, a wrong one costs up to 1/K, and an episode's step rewards sum to
-mean_t p_t − 1 ∈ [−1, 0]: one minus the grader's mean step score, the *proxy* reward the policy
-is then trained on (``redistribute/step_score`` reports mean_t p_t, the proxy's rising part). Any
-constant offset would do; this one makes the oracle's reward −1/K exactly on the wrong steps.
+mean_t p_t − 1 = −(1 − mean_t p_t) ∈ [−1, 0]: the grader's mean step score, shifted, is the
+*proxy* reward the policy is trained on (``redistribute/step_score`` reports mean_t p_t). Any
+constant offset would do; this one makes the oracle's reward −1/K exactly on the steps its
+labeller judges inconsistent.
 
 Models (``model=``):
 
@@ -34,9 +35,11 @@ labels that stop at the first error) still judges each step locally, so the agen
 arithmetic from episodes that went wrong early.
 
 Reported every update (``redistribute/*``): ``step_score`` (mean p_t over the window's steps),
-``exact_step_rate`` (share of the agent's steps that are right by the exact check),
-``grader_accuracy`` (share of the window's steps where the grader, thresholded at 1/2, agrees
-with the exact check), and with ``refit`` the fitting loss.
+``correct_step_rate`` (share of the agent's steps that are correct: every step up to and
+including it right, the ground-truth label), ``consistent_step_rate`` (share that follow from the
+value before them, the exact labeller's judgement), ``grader_accuracy`` (share of steps where the
+grader, thresholded at 1/2, agrees with the exact consistency check), and with ``refit`` the
+fitting loss.
 """
 
 from __future__ import annotations
@@ -158,7 +161,8 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
         exact, _ = judge(traj.obs, traj.action, "none")
         metrics = {
             "step_score": p.mean(),
-            "exact_step_rate": exact.mean(),
+            "correct_step_rate": (task.step_label(traj.obs, traj.action) == chain.CORRECT).mean(),
+            "consistent_step_rate": exact.mean(),
             "grader_accuracy": ((p > 0.5) == exact).mean(),
         }
         new = step_rewards(p, traj.reward, task.steps, outcome)

@@ -15,7 +15,9 @@ subsets. Selection rules:
 :func:`auroc` says how well a grader's scores separate right from wrong solutions over a whole
 pool, independently of N.
 
-Confidence intervals are bootstrap intervals over problems, the independent unit.
+At N = S (the whole pool) the expectation over the random tie-breaks is computed exactly (the
+mean correctness of the solutions, or answers, tied at the top) instead of sampled. Confidence
+intervals are bootstrap intervals over problems, the independent unit.
 """
 
 from __future__ import annotations
@@ -53,6 +55,22 @@ def majority_answer(key: Array, answers: Array, index: Array, num_answers: int) 
     return jnp.argmax(counts + noise, axis=-1)
 
 
+def whole_pool_by_score(scores: Array, correct: Array) -> Array:
+    """``[P]`` expected correctness of the top-scoring solution of each whole pool, ties broken
+    uniformly at random (the mean correctness of the solutions tied at the top)."""
+    top = scores >= scores.max(axis=-1, keepdims=True)
+    return (correct & top).sum(-1) / top.sum(-1)
+
+
+def whole_pool_majority(answers: Array, true_answer: Array, num_answers: int) -> Array:
+    """``[P]`` probability that the majority answer of each whole pool is right, ties between
+    the most frequent answers broken uniformly at random."""
+    counts = jax.nn.one_hot(answers, num_answers).sum(axis=-2)
+    top = counts >= counts.max(axis=-1, keepdims=True)
+    right = jax.nn.one_hot(true_answer, num_answers) > 0
+    return (top & right).sum(-1) / top.sum(-1)
+
+
 def accuracy_curves(key: Array, correct: Array, answers: Array, true_answer: Array,
                     scores: Mapping[str, Array], ns: Sequence[int], num_answers: int,
                     repeats: int = 32) -> dict[str, np.ndarray]:
@@ -62,7 +80,7 @@ def accuracy_curves(key: Array, correct: Array, answers: Array, true_answer: Arr
       correct: ``[P, S]`` whether each pooled solution's final answer is right.
       answers: ``[P, S]`` each solution's final answer; ``true_answer``: ``[P]``.
       scores: ``{name: [P, S]}`` the graders' scores.
-      ns: the values of N (each at most S); at N = S a single subset is used.
+      ns: the values of N (each at most S); at N = S the whole pool, tie-breaks in expectation.
       num_answers: the number of possible answers (for majority voting).
       repeats: subsets per problem and N.
 
@@ -75,9 +93,15 @@ def accuracy_curves(key: Array, correct: Array, answers: Array, true_answer: Arr
     for i, n in enumerate(ns):
         if not 1 <= n <= pool:
             raise ValueError(f"N must lie in [1, {pool}] (the pool size), got {n}")
-        reps = 1 if n == pool else repeats
+        if n == pool:
+            for name, score in scores.items():
+                out[name].append(np.asarray(whole_pool_by_score(score, correct)))
+            out["majority"].append(np.asarray(
+                whole_pool_majority(answers, true_answer, num_answers)))
+            out["pass@N"].append(np.asarray(correct.any(-1), np.float64))
+            continue
         k_sub, k_vote = jax.random.split(jax.random.fold_in(key, i))
-        index = subsets(k_sub, problems, pool, n, reps)
+        index = subsets(k_sub, problems, pool, n, repeats)
         for name, score in scores.items():
             chosen = select_by_score(score, index)
             out[name].append(np.asarray(jnp.take_along_axis(correct, chosen, -1).mean(-1)))
