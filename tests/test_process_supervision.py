@@ -357,31 +357,25 @@ def test_prm_stage_errors_are_one_line():
 
 
 def test_train_with_the_prm_stage_reports_truth_and_proxy(tmp_path):
-    """A fitted, refitted PRM in a training run; then the oracle with the outcome kept under the
-    hacked grader: the evaluation return is the parity grader's pass rate, the success rate is
-    the truth, and the two differ."""
-    common = ["train", "--env", "ArithmeticChain", "--env-option", "steps=3", "modulus=5",
-              "--redistribute", "prm", "--num-envs", "8", "--num-steps", "6",
-              "--total-timesteps", "192", "--eval-every", "2", "--eval-episodes", "16",
-              "--no-progress"]
+    """A fitted PRM, refitted every update, with the outcome kept under the hacked grader: the
+    stage's metrics are reported, the evaluation return is the parity grader's pass rate, the
+    success rate is the truth, and the two differ."""
     out = tmp_path / "prm"
-    assert cli.main(common + ["--redistribute-option", "pretrain_steps=20",
-                              "pretrain_problems=64", "hidden=32,32", "--out", str(out)]) == 0
+    assert cli.main(["train", "--env", "ArithmeticChain", "--env-option", "steps=3", "modulus=5",
+                     "grader=parity", "--redistribute", "prm", "--redistribute-option",
+                     "outcome=keep", "pretrain_steps=20", "pretrain_problems=64", "hidden=32,32",
+                     "--num-envs", "8", "--num-steps", "6", "--total-timesteps", "192",
+                     "--eval-every", "2", "--eval-episodes", "16", "--no-progress",
+                     "--out", str(out)]) == 0
     rows = runlog.read_rows(out / "metrics.csv")
     assert len(rows) == 4
     for name in ("redistribute/step_score", "redistribute/correct_step_rate",
                  "redistribute/consistent_step_rate", "redistribute/grader_accuracy",
                  "redistribute/loss", "success_rate"):
         assert all(np.isfinite(float(r[name])) for r in rows), name
-    hacked = tmp_path / "hacked"
-    assert cli.main(common[:4] + ["steps=3", "modulus=5", "grader=parity"] + common[6:]
-                    + ["--redistribute-option", "model=oracle", "outcome=keep",
-                       "--out", str(hacked)]) == 0
-    ends = [r for r in runlog.read_rows(hacked / "metrics.csv")
-            if r["eval/success_rate"] not in ("", "nan")]
+    ends = [r for r in rows if r["eval/success_rate"] not in ("", "nan")]
     assert len(ends) == 2
     truth = [float(r["eval/success_rate"]) for r in ends]
     proxy = [float(r["eval/return"]) for r in ends]
     # A near-uniform policy: the truth near 1/5, an even answer (0, 2, 4) near 3/5.
-    assert all(0.0 <= t <= 1.0 for t in truth) and truth != proxy
-    assert np.mean(proxy) > np.mean(truth)
+    assert all(0.0 <= t <= 1.0 for t in truth) and np.mean(proxy) > np.mean(truth)
