@@ -110,3 +110,45 @@ def test_a_folder_left_by_a_run_killed_before_its_config_can_be_reused(tmp_path)
     (out / "metrics.csv").write_text("x")
     with pytest.raises(ValueError, match="already exists"):
         prepare_out_dir(out, resume=False, force=False)
+
+
+def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, monkeypatch, capsys):
+    """ENOSPC half-way through a metrics write, then at a checkpoint save: each ends the run with
+    one line and exit status 2; resuming (disk space back) continues from the last good
+    checkpoint, drops the rows written after it, and ends with the uninterrupted run's metrics.
+    (The failing save raises before orbax writes; orbax's own writes are atomic renames.)"""
+    from jaxcredit import checkpoint
+
+    small = ["train", "--algo", "a2c", "--env", "CartPole-v1", "--num-envs", "2",
+             "--num-steps", "8", "--total-timesteps", str(2 * 8 * 4), "--num-chunks", "4",
+             "--hidden-sizes", "8", "--no-progress"]
+    whole, run = tmp_path / "whole", tmp_path / "run"
+    assert main(small + ["--out", str(whole)]) == 0
+    full = OSError(28, "No space left on device")
+    real_append, real_save = runlog.MetricsWriter.append, checkpoint.Checkpointer.save
+
+    def append_then_fill_the_disk(self, metrics, hparam_index, seed_index, first, steps):
+        if first < 2:  # chunks 1 and 2 are written whole
+            return real_append(self, metrics, hparam_index, seed_index, first, steps)
+        with self.path.open("a") as f:
+            f.write("0,0,3,")  # a partial row, as a write cut by ENOSPC leaves
+        raise full
+
+    def save_fails_at_update_4(self, step, state, record):
+        if step == 4:
+            raise full
+        return real_save(self, step, state, record)
+
+    for patch, target, resume in ((append_then_fill_the_disk, "append", False),
+                                  (save_fails_at_update_4, "save", True)):
+        owner = runlog.MetricsWriter if target == "append" else checkpoint.Checkpointer
+        monkeypatch.setattr(owner, target, patch)
+        with pytest.raises(SystemExit) as exit_info:
+            main((["train", "--out", str(run), "--resume", "--no-progress"] if resume
+                  else small + ["--out", str(run)]))
+        monkeypatch.undo()
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "No space left on device" in err[0], err
+    assert main(["train", "--out", str(run), "--resume", "--no-progress"]) == 0
+    assert (run / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
