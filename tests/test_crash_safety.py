@@ -3,73 +3,24 @@ process writes a run directory at a time, and an unwritable output is one line."
 
 from __future__ import annotations
 
-import os
-import pathlib
 import random
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from jaxcredit import runlog
 from jaxcredit.agents import TrainConfig
 from jaxcredit.agents.host_loop import RunSpec, run_experiment
+from jaxcredit.bench import kill_resume
 from jaxcredit.cli import main
-
-TRAIN = ["train", "--algo", "a2c", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps",
-         "16", "--total-timesteps", str(4 * 16 * 40), "--num-chunks", "20", "--num-seeds", "2",
-         "--eval-every", "2", "--hidden-sizes", "16"]
-
-
-def _jaxcredit(args, cache, **kw):
-    script = pathlib.Path(sys.executable).parent / "jaxcredit"
-    env = dict(os.environ, JAXCREDIT_COMPILE_CACHE=str(cache))
-    return subprocess.Popen([str(script), *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, **kw)
 
 
 def test_kill_9_at_random_moments_then_resume_equals_the_uninterrupted_run(tmp_path):
+    """One trial of ``python -m jaxcredit.bench.kill_resume`` (which runs many)."""
     cache = tmp_path / "cache"
-    whole = _jaxcredit(TRAIN + ["--out", str(tmp_path / "whole")], cache)
-    assert whole.wait(timeout=300) == 0, whole.stderr.read()
-    run = tmp_path / "killed"
-    rng = random.Random(0)
-    kills = 0
-
-    def command():
-        # Killed before it wrote its config, a run has nothing to resume: it starts again.
-        if (run / "config.json").exists():
-            return ["train", "--out", str(run), "--resume"]
-        return TRAIN + ["--out", str(run)]
-
-    for _ in range(12):
-        proc = _jaxcredit(command(), cache)
-        # Compiles are cached, so a run spends most of its time between chunks: writing
-        # metrics and checkpoints, where the kill is most likely to land.
-        time.sleep(rng.uniform(1.0, 4.0))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait(timeout=60)
-        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read()
-        if _finished(run):
-            break
-    assert kills >= 2
-    if not _finished(run):
-        last = _jaxcredit(command(), cache)
-        assert last.wait(timeout=300) == 0, last.stderr.read()
-    assert (run / "metrics.csv").read_bytes() == (tmp_path / "whole" / "metrics.csv").read_bytes()
-
-
-def _finished(run: pathlib.Path) -> bool:
-    try:
-        rows = runlog.read_metrics(run / "metrics.csv")
-    except (ValueError, FileNotFoundError):
-        return False
-    return len(rows["update"]) > 0 and int(rows["update"].max()) == 40 and \
-        len(rows["update"]) == 80
+    whole = kill_resume.reference(tmp_path, cache)
+    result = kill_resume.trial(tmp_path / "killed", whole, cache, random.Random(0))
+    assert result["error"] == "" and result["kills"] >= 2, result
+    assert result["identical"]
 
 
 def test_a_second_writer_is_refused(tmp_path):
