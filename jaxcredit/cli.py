@@ -355,6 +355,10 @@ def _report(summary: dict) -> dict:
     state = "finished" if summary["finished"] else f"stopped at update {summary['updates']}"
     print(f"{summary['out']}: {state}, {summary['members']} runs, "
           f"final mean {summary['metric']} {summary['final_return']:.4g}")
+    program, host = summary.get("program_seconds", 0.0), summary.get("host_seconds", 0.0)
+    if program + host > 0:
+        print(f"time: {program:.1f} s in the compiled program, {host:.1f} s outside it "
+              f"({100 * host / (program + host):.0f} %: metrics, checkpoints, progress)")
     for line in summary.get("ranking", []):
         print(line)
     return summary

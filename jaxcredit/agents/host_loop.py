@@ -185,9 +185,11 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
 
     Returns:
       ``{"out", "updates", "finished", "metric", "final_return", "members", "compile_seconds",
-      "ranking"}``: ``final_return`` is the mean over members of the last value of ``metric``
-      (the evaluation return where the run evaluates); ``ranking`` lists the settings from best
-      to worst by it, one line each, when there are several.
+      "ranking", "program_seconds", "host_seconds"}``: ``final_return`` is the mean over members
+      of the last value of ``metric`` (the evaluation return where the run evaluates);
+      ``ranking`` lists the settings from best to worst by it, one line each, when there are
+      several; ``program_seconds`` is the time in the compiled chunks (metrics transfer
+      included), ``host_seconds`` the rest of the loop (metrics files, loggers, checkpoints).
 
     A second process that tries to write the same run directory is refused with a ValueError
     while this one holds its lock (``runlog.lock_run_dir``).
@@ -276,6 +278,9 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
                disable=not progress, dynamic_ncols=True, desc=out.name)
     last_return = float("nan")  # mean over members of the latest value of the headline metric
     watchdog = (ChunkWatchdog(out, *watch) if writes and watch[0] > 0 else None)
+    # Wall time of the loop, and the part spent in the compiled chunks (with the metrics'
+    # transfer); the rest goes to metrics files, loggers, checkpoints and progress.
+    loop_start, program_seconds = time.perf_counter(), 0.0
     try:
         for length in todo:
             start = time.perf_counter()
@@ -288,6 +293,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
             if watchdog is not None:
                 watchdog.chunk_finished()
             elapsed = time.perf_counter() - start
+            program_seconds += elapsed
             if writes:
                 writer.append(metrics, population.hparam_index, population.seed_index,
                               done_updates, steps_per_update)
@@ -302,6 +308,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
                             **{headline.replace("/", "_"): f"{last_return:.3g}"})
             bar.update(chunk_steps)
     finally:
+        loop_seconds = time.perf_counter() - loop_start
         bar.close()
         checkpointer.close()
         if watchdog is not None:
@@ -318,7 +325,9 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
             plotting.plot_runs([out], out / "curves.png", headline)
     return {"out": str(out), "updates": done_updates, "finished": finished,
             "final_return": last_return, "metric": headline, "members": population.size,
-            "compile_seconds": compile_seconds if todo else 0.0, "ranking": ranking}
+            "compile_seconds": compile_seconds if todo else 0.0, "ranking": ranking,
+            "program_seconds": program_seconds,
+            "host_seconds": max(loop_seconds - program_seconds, 0.0)}
 
 
 def setting_ranking(curves: dict, settings, swept, metric: str) -> list[str]:
