@@ -10,7 +10,7 @@ voting over final answers and pass@N (some solution right) are the references. A
 with bootstrap CIs over problems.
 
 Part 2, **step rewards in RL**: PPO+GAE fused with the pipeline's redistribute stage, with
-six reward signals, each over many seeds:
+five reward signals, each over many seeds:
 
 * ``outcome``: the exact outcome reward only (1 for a right final answer);
 * ``PRM``: step rewards of a learned PRM (pre-trained on noisy-solver solutions, refitted each
@@ -19,9 +19,7 @@ six reward signals, each over many seeds:
 * ``PRM mul_as_add``: step rewards of a PRM trained the same way on the miscalibrated labeller's
   labels;
 * ``hacked outcome``: the outcome reward of a grader that checks a surface property of the
-  answer (its parity), not its correctness;
-* ``PRM fixed``: the learned PRM pre-trained on noisy-solver solutions and never refitted (the
-  agent's own solutions are off the grader's training distribution).
+  answer (its parity), not its correctness.
 
 Reported: the *true* success rate (``eval/success_rate``: the final answer is right, whatever
 the reward) and the *proxy* each learner optimises (the redistributed step score, or the hacked
@@ -77,7 +75,6 @@ RL_LEARNERS = {
     "PRM oracle": ("PPO+PRM oracle", {}, ()),
     "PRM mul_as_add": ("PPO+PRM", {"redistribute_options": (("labeller", "mul_as_add"),)}, ()),
     "hacked outcome": ("PPO+GAE", {}, (("grader", "parity"),)),
-    "PRM fixed": ("PPO+PRM", {"redistribute_options": (("refit", False),)}, ()),
 }
 
 
