@@ -235,13 +235,13 @@ def test_prm_learns_the_labeller_it_is_trained_on():
     slip = ac.slip_rates_array(env, [0.2, 0.2, 0.5])
     train = ac.sample_solutions(jax.random.PRNGKey(9), env, slip, 3000, 4)
     test = ac.sample_solutions(jax.random.PRNGKey(10), env, slip, 500, 4)
-    scorer = models.StepScorer(5, (128, 128))
+    scorer = models.StepScorer(5, (64, 64))
     fit = jax.jit(models.fit, static_argnums=(1, 2, 4, 5))
     exact_test = models.grade_solutions(env, *test)
     for miscalibration in ("none", "mul_as_add"):
         params, losses = fit(jax.random.PRNGKey(11), scorer, "prm",
                              models.grade_solutions(env, *train, miscalibration=miscalibration),
-                             800, 256, 3e-3)
+                             500, 256, 3e-3)
         assert float(losses[-50:].mean()) < 0.5 * float(losses[:50].mean())
         own = models.grade_solutions(env, *test, miscalibration=miscalibration)
         acc = models.step_accuracy(scorer, params, own, exact_test)
