@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import os
 import sys
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 Factory = Union[str, Callable[..., Any]]
 
@@ -68,9 +69,20 @@ class Registry:
             raise ValueError(f"{self.kind} {name!r}: {module_name!r} has no {factory_name!r}")
         return getattr(module, factory_name)
 
-    def make(self, name: str, **options: Any) -> Any:
-        """Builds ``name`` with keyword ``options``; bad options are a one-line ValueError."""
+    def make(self, name: str, context: Optional[dict] = None, **options: Any) -> Any:
+        """Builds ``name`` with keyword ``options``; bad options are a one-line ValueError.
+
+        ``context`` holds what the caller can supply (the environment, say): each entry is
+        passed only to a factory that takes a keyword of that name, unless ``options`` set it.
+        """
         factory = self.factory(name)
+        if context:
+            try:
+                accepted = inspect.signature(factory).parameters
+            except (TypeError, ValueError):
+                accepted = {}
+            options = {**{k: v for k, v in context.items()
+                          if k in accepted and k not in options}, **options}
         try:
             return factory(**options)
         except TypeError as err:

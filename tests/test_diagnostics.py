@@ -162,7 +162,7 @@ def run_cli(argv, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--env", "NoSuchEnv"], "Unknown environment 'NoSuchEnv'"),
-    (["--estimators", "gae,cocoa_reward"], "unknown estimator 'cocoa_reward'"),
+    (["--estimators", "gae,trajcv"], "unknown estimator 'trajcv'"),
     (["--gamma", "2"], "gamma must lie in [0, 1], got 2"),
     (["--lambda", "-0.5"], "lambda must lie in [0, 1]"),
     (["--env-option", "n"], "KEY=VALUE"),

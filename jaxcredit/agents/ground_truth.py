@@ -51,6 +51,8 @@ class GroundTruth:
       return_plan: how to compute the exact return hindsight: ``("bandit", None)``,
         ``("grid", plan)``, or None if it cannot be computed here (message in ``return_error``).
       return_error: why there is no return plan.
+      reward_values: ``(values [U], probs [S, A, U])``, the law of the reward value given
+        (s, a) for COCOA-reward's exact model, or None (why in ``reward_values_error``).
     """
 
     mdp: Callable[[], tabular.TabularMDP]
@@ -59,13 +61,40 @@ class GroundTruth:
     reward_law: Any
     return_plan: Optional[tuple]
     return_error: str = ""
+    reward_values: Optional[tuple] = None
+    reward_values_error: str = ""
 
 
-def make_ground_truth(env: Any, env_params: Any, need_return_law: bool) -> Optional[GroundTruth]:
+def reward_value_law(env: Any, env_params: Any) -> tuple[Array, Array]:
+    """``(values [U], probs [S, A, U])``: the law of the reward value given (s, a).
+
+    The environment's own ``reward_distribution`` (or ``reward_law``) where it has one, else the
+    distinct rewards of a tabular MDP with deterministic rewards (``tabular.reward_value_law``).
+    A law over next states ``[S, A, S', U]`` is marginalised with the transition. Raises a
+    one-line ValueError where the rewards are not a finite set of values.
+    """
+    for name in ("reward_distribution", "reward_law"):
+        fn = getattr(env, name, None)
+        law = fn(env_params) if callable(fn) else None
+        if law is not None:
+            values, probs = law
+            values, probs = jnp.asarray(values, jnp.float32), jnp.asarray(probs, jnp.float32)
+            if probs.ndim == 4:
+                probs = jnp.einsum("sat,satu->sau", env.tabular_mdp(env_params).transition, probs)
+            return values, probs
+    if not has_ground_truth(env):
+        raise ValueError("the environment has no tabular MDP from which to read its reward "
+                         "values; give the estimator reward_values")
+    return tabular.reward_value_law(env.tabular_mdp(env_params))
+
+
+def make_ground_truth(env: Any, env_params: Any, need_return_law: bool,
+                      need_reward_values: bool = False) -> Optional[GroundTruth]:
     """The :class:`GroundTruth` of ``env`` or None if it has none.
 
     The grid of the return law is planned here, on the concrete MDP, only when
-    ``need_return_law`` (an oracle or a learned return-hindsight model).
+    ``need_return_law`` (an oracle or a learned return-hindsight model); the law of the reward
+    values only when ``need_reward_values`` (COCOA-reward's exact model).
     """
     if not has_ground_truth(env):
         return None
@@ -87,9 +116,16 @@ def make_ground_truth(env: Any, env_params: Any, need_return_law: bool) -> Optio
                 return_plan = ("grid", return_law.plan_return_grid(mdp, horizon, reward_law))
         except (ValueError, jax.errors.ConcretizationTypeError, TypeError) as err:
             error = " ".join(str(err).split())[:300]
+    reward_values, values_error = None, ""
+    if need_reward_values:
+        try:
+            reward_values = jax.tree.map(np.asarray, reward_value_law(env, env_params))
+        except ValueError as err:
+            values_error = str(err)
     return GroundTruth(mdp=lambda: env.tabular_mdp(env_params), horizon=horizon,
                        task_metrics=task_metrics, reward_law=reward_law,
-                       return_plan=return_plan, return_error=error)
+                       return_plan=return_plan, return_error=error,
+                       reward_values=reward_values, reward_values_error=values_error)
 
 
 def policy_table(network: ActorCritic, agent_params: Any, mdp: tabular.TabularMDP) -> Array:
@@ -109,12 +145,21 @@ def exact_model_params(kind: str, gt: GroundTruth, mdp: tabular.TabularMDP, pi: 
     """Parameters of the exact (oracle) hindsight model ``kind`` for policy ``pi``.
 
     ``"state_hindsight"``: ``{"log_h": log h_γ [S, S, A]}`` (``tabular.state_hindsight``).
+    ``"reward_hindsight"``: ``{"log_h": log p_γ(a|s, u) [S, U, A], "values": [U]}``
+    (``tabular.reward_hindsight``; COCOA-reward).
     ``"return_hindsight"``: ``{"bandit": (mdp, pi)}`` or ``{"grid": (p_sa, p_s, pi, support)}``,
     NaN unless γ = 1 (module docstring).
     """
     if kind == "state_hindsight":
         h = tabular.state_hindsight(mdp, pi, gamma)
         return {"log_h": jnp.log(jnp.maximum(h, 1e-30))}
+    if kind == "reward_hindsight":
+        if gt.reward_values is None:
+            raise ValueError(f"no exact reward hindsight for this environment: "
+                             f"{gt.reward_values_error or 'reward values not planned'}")
+        values, probs = gt.reward_values
+        h = tabular.reward_hindsight(mdp, pi, gamma, jnp.asarray(probs))
+        return {"log_h": jnp.log(jnp.maximum(h, 1e-30)), "values": jnp.asarray(values)}
     if kind != "return_hindsight":
         raise ValueError(f"unknown exact model {kind!r}")
     if gt.return_plan is None:

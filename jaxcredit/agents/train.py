@@ -54,7 +54,7 @@ from jaxcredit.estimators.base import Estimator
 from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state
 from jaxcredit.networks import ActorCritic
 from jaxcredit.objectives import Objective, PolicyOutputs, losses, make_objective
-from jaxcredit.redistribute import Redistributor, make_redistributor
+from jaxcredit.redistribute import Redistributor
 from jaxcredit.relabel import Relabeller, make_relabeller
 from jaxcredit.types import Credit, Trajectory
 
@@ -197,7 +197,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     env, env_params = make_environment(config, env, env_params)
     num_actions = _discrete_actions(env, env_params, config.env)
     objective = _make_objective(config)
-    estimator = make_estimator(config.estimator, **config.estimator_kwargs)
+    estimator = make_estimator(config.estimator, env=env, env_params=env_params,
+                               **config.estimator_kwargs)
     relabeller = (make_relabeller(config.relabel, env=env,
                                   horizon=_episode_horizon(env_params),
                                   **dict(config.relabel_options))
@@ -208,8 +209,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                          f"relabelled goals would be off-policy")
     redistributor = (_make_redistributor(config, env, _episode_horizon(env_params))
                      if config.redistribute else None)
-    needs_return_law = estimator.exact_model == "return_hindsight"
-    ground_truth = gt_lib.make_ground_truth(env, env_params, needs_return_law)
+    ground_truth = gt_lib.make_ground_truth(
+        env, env_params, need_return_law=estimator.exact_model == "return_hindsight",
+        need_reward_values=estimator.exact_model == "reward_hindsight")
     # What evaluation and the redistribution diagnostics may read: the ground truth, or under
     # DelayedReward the inner environment's (same J(π), same Q of the undelayed reward), which
     # the credit stages may not read (the oracles need the delayed process's own MDP).
@@ -449,15 +451,8 @@ def _make_redistributor(config: TrainConfig, env: Any, horizon: Optional[int]) -
     them."""
     from jaxcredit.redistribute import REDISTRIBUTORS  # noqa: PLC0415
 
-    options = dict(config.redistribute_options)
-    try:
-        accepted = inspect.signature(REDISTRIBUTORS.factory(config.redistribute)).parameters
-    except (TypeError, ValueError):
-        accepted = {}
-    for keyword, value in (("env", env), ("horizon", horizon)):
-        if keyword in accepted and keyword not in options:
-            options[keyword] = value
-    return make_redistributor(config.redistribute, **options)
+    return REDISTRIBUTORS.make(config.redistribute, context={"env": env, "horizon": horizon},
+                               **dict(config.redistribute_options))
 
 
 def _trajectory(tr: Transitions) -> Trajectory:
@@ -498,10 +493,15 @@ def _exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Opti
         if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
             raise ValueError(f"no exact return hindsight on {config.env!r}: "
                              f"{ground_truth.return_error}")
+        if estimator.exact_model == "reward_hindsight" and ground_truth.reward_values is None:
+            raise ValueError(f"no exact reward hindsight on {config.env!r}: "
+                             f"{ground_truth.reward_values_error}")
         return None
     if (not config.eval_every or not estimator.learned or estimator.oracle is None
             or estimator.hindsight is None or ground_truth is None):
         return None
     if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
+        return None
+    if estimator.exact_model == "reward_hindsight" and ground_truth.reward_values is None:
         return None
     return estimator.oracle()

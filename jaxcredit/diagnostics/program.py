@@ -11,7 +11,8 @@ For a softmax-tabular policy θ ``[S, A]`` on an environment with exact ground t
    estimator uses (``kl_to_exact``, as ``estimator/kl_to_exact`` in training).
 
 Exact models come the engine's way: an estimator declares the model it approximates
-(``estimator.exact_model``: ``"state_hindsight"`` or ``"return_hindsight"``), its twin built with
+(``estimator.exact_model``: ``"state_hindsight"``, ``"return_hindsight"`` or
+``"reward_hindsight"``), its twin built with
 ``model="oracle"`` reads the tabular state (``Trajectory.state``), and its parameters are the DP
 tables of the current policy from ``jaxcredit.agents.ground_truth.exact_model_params``. An oracle
 can also be asked for by name, e.g. ``hca_return:model=oracle``. The exact return hindsight is
@@ -133,6 +134,8 @@ def tabular_env(name: str, env_kwargs=()) -> tuple[Any, Any]:
 
 def exact_unavailable(kind: str, gt: gt_lib.GroundTruth, gamma: float) -> str:
     """Why the exact model ``kind`` cannot be computed here ("" if it can)."""
+    if kind == "reward_hindsight" and gt.reward_values is None:
+        return f"no exact reward hindsight on this environment: {gt.reward_values_error}"
     if kind != "return_hindsight":
         return ""
     if gamma != 1.0:
@@ -150,10 +153,12 @@ def plan_rows(specs: tuple[EstimatorSpec, ...], env: Any, env_params: Any, hinds
     Raises a one-line ValueError where an estimator's exact model is required (an oracle, or
     ``hindsight="exact"``) but cannot be computed.
     """
-    estimators = [spec.build() for spec in specs]
+    estimators = [spec.build(env, env_params) for spec in specs]
     wants_return_law = gamma == 1.0 and any(
         e.exact_model == "return_hindsight" for e in estimators)
-    gt = gt_lib.make_ground_truth(env, env_params, wants_return_law)
+    gt = gt_lib.make_ground_truth(
+        env, env_params, wants_return_law,
+        need_reward_values=any(e.exact_model == "reward_hindsight" for e in estimators))
     rows = []
     for spec, estimator in zip(specs, estimators):
         if hindsight == "exact" and estimator.learned:

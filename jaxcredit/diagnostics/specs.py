@@ -32,11 +32,11 @@ class EstimatorSpec:
         """``reinforce`` credits the plain return: its critic is V ≡ 0."""
         return self.name == REINFORCE
 
-    def build(self) -> Estimator:
-        """The estimator (``reinforce`` is ``mc``); a one-line ValueError on a bad name or
-        option."""
+    def build(self, env: Any = None, env_params: Any = None) -> Estimator:
+        """The estimator (``reinforce`` is ``mc``), given the environment where its factory
+        takes it; a one-line ValueError on a bad name or option."""
         name = "mc" if self.name == REINFORCE else self.name
-        return make_estimator(name, **dict(self.options))
+        return make_estimator(name, env=env, env_params=env_params, **dict(self.options))
 
 
 def _value(text: str) -> Any:

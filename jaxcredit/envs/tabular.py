@@ -254,6 +254,54 @@ def state_hindsight(mdp: TabularMDP, pi: Array, gamma: float) -> Array:
     return jnp.transpose(h, (0, 2, 1))
 
 
+@jax.jit
+def reward_hindsight(mdp: TabularMDP, pi: Array, gamma: float, reward_probs: Array) -> Array:
+    """``[S, U, A]`` reward-conditioned hindsight p^π_γ(a | s, u) of COCOA (Meulemans et al. 2023).
+
+    The hindsight object u is the reward *value* of a later step, with law
+    ``reward_probs[y, b, u]`` = P(U = u | S = y, A = b) (the environment's ``reward_distribution``):
+
+        d_γ(u|s, a) = Σ_{k≥1} γ^{k−1} Σ_{y,b} P(S_{t+k} = y | s, a) π(b|y) P(u | y, b)
+        p(a|s, u)   = π(a|s) d_γ(u|s, a) / Σ_b π(b|s) d_γ(u|s, b)
+
+    The contribution coefficient is w(s, a, u) = p(a|s, u)/π(a|s), and because the reward is a
+    function of u, Q^π(s, a) = r(s, a) + E_π[Σ_{k≥1} γ^k w(s, a, U_k) R_k] exactly (COCOA, Thm 1).
+    Only steps of the episode count: the arrival in a terminal state (which
+    :func:`future_occupancy` counts once) takes no action and earns nothing. Where u cannot
+    follow s the prior π(·|s) is returned (the coefficient is then 1).
+    """
+    chex.assert_rank(reward_probs, 3)
+    d_sa = future_occupancy(mdp, pi, gamma) * (1.0 - mdp.terminal)   # [S, A, Y]
+    d_u = jnp.einsum("say,yb,ybu->sau", d_sa, pi, reward_probs)      # [S, A, U]
+    joint = pi[:, :, None] * d_u
+    marginal = jnp.sum(joint, axis=1)                                # [S, U]
+    reachable = marginal > 1e-12
+    h = joint / jnp.where(reachable, marginal, 1.0)[:, None, :]
+    h = jnp.where(reachable[:, None, :], h, pi[:, :, None])
+    return jnp.transpose(h, (0, 2, 1))
+
+
+def reward_value_law(mdp: TabularMDP, decimals: int = 6) -> tuple[Array, Array]:
+    """``(values [U], probs [S, A, U])``: the law of the reward value given (s, a) of an MDP with
+    deterministic transition rewards (``transition_reward_std == 0``), for COCOA-reward.
+
+    Values are the distinct transition rewards (rounded to ``decimals``), 0 always included.
+    Runs on concrete arrays (numpy); raises a one-line ValueError for noisy rewards, whose values
+    do not form a finite set.
+    """
+    import numpy as np  # noqa: PLC0415
+
+    std = np.asarray(mdp.transition_reward_std)
+    if np.any(std > 0):
+        raise ValueError("the rewards are Gaussian, not a finite set of values; give the "
+                         "environment a reward_distribution or the estimator reward_values")
+    reward = np.round(np.asarray(mdp.transition_reward, np.float64), decimals)
+    values = np.unique(np.concatenate([[0.0], reward.reshape(-1)]))
+    onehot = (reward[..., None] == values).astype(np.float32)          # [S, A, S', U]
+    probs = np.einsum("sat,satu->sau", np.asarray(mdp.transition, np.float32), onehot)
+    return jnp.asarray(values, jnp.float32), jnp.asarray(probs)
+
+
 def _shift_indices(mdp: TabularMDP, support: Array) -> tuple[Array, Array]:
     step = support[1] - support[0]
     shift = jnp.round(mdp.transition_reward / step).astype(jnp.int32)

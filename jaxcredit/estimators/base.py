@@ -14,10 +14,10 @@ A *learned* estimator's parameters are fitted by the engine inside the compiled 
 their own optimiser and schedule (``jaxcredit.fitting``), before ``assign`` is called on the fresh
 batch. Two optional fields serve the ground-truth checks on tabular environments:
 
-* ``exact_model`` names the exact model the estimator approximates (``"state_hindsight"`` or
-  ``"return_hindsight"``) and ``oracle()`` builds the same estimator with that exact model in
-  place of the learned one (its ``params`` are then the exact tables, recomputed for the current
-  policy every update: ``jaxcredit.agents.ground_truth``);
+* ``exact_model`` names the exact model the estimator approximates (``"state_hindsight"``,
+  ``"return_hindsight"`` or COCOA's ``"reward_hindsight"``) and ``oracle()`` builds the same
+  estimator with that exact model in place of the learned one (its ``params`` are then the
+  exact tables, recomputed for the current policy every update: ``jaxcredit.agents.ground_truth``);
 * ``hindsight(params, trajectory, hparams, key) -> (log_h [..., A], weight [...])`` evaluates the
   model at the conditioning points the estimator uses, so the engine can report the KL divergence
   between the learned and the exact model there (``estimator/kl_to_exact``).
@@ -38,7 +38,7 @@ AssignFn = Callable[[Any, Trajectory, Any, jax.Array], Credit]
 LossFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]]
 HindsightFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, jax.Array]]
 
-EXACT_MODELS = ("state_hindsight", "return_hindsight")
+EXACT_MODELS = ("state_hindsight", "return_hindsight", "reward_hindsight")
 
 
 def no_params(key: jax.Array, example: Trajectory) -> dict:

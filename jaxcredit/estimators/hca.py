@@ -52,7 +52,7 @@ Array = jax.Array
 RETURN_KINDS = ("mc", "lambda")
 FORMS = ("sampled", "all_action")
 GATES = ("hard", "soft")
-PAIR_MODES = ("all", "sampled")
+PAIR_MODES = ("all", "sampled", "rewarded")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,6 +148,33 @@ def sampled_pair_offsets(key: Array, num_steps: int, num_pairs: int) -> tuple[Ar
     offsets = 1 + jnp.minimum(jnp.floor(u * remaining), jnp.maximum(remaining - 1, 0))
     scale = jnp.broadcast_to(remaining / num_pairs, (num_steps, num_pairs)).astype(jnp.float32)
     return offsets.astype(jnp.int32), scale
+
+
+def rewarded_pair_offsets(key: Array, reward: Array, num_pairs: int) -> tuple[Array, Array]:
+    """K offsets per step to later steps whose reward is non-zero: ``(offsets, scale)`` ``[T, K]``.
+
+    A pair (t, k) with r_k = 0 adds nothing to a contribution estimator's credit, and nothing to
+    its loss when zero-reward pairs are masked (COCOA), so only rewarded later steps are worth
+    computing. Where step t has c_t ≤ K rewarded later steps in the window they are all taken
+    (scale 1: exact); otherwise K are drawn uniformly among them with scale c_t/K (unbiased).
+    Unused slots point past the window (invalid). ``reward`` is one environment's ``[T]``.
+    """
+    num_steps = reward.shape[0]
+    rewarded = reward != 0
+    # Positions of the rewarded steps in order, padded with T (past the window).
+    order = jnp.sort(jnp.where(rewarded, jnp.arange(num_steps), num_steps))
+    after = jnp.cumsum(rewarded[::-1])[::-1] - rewarded  # c_t: rewarded steps k > t
+    first = jnp.sum(rewarded) - after                   # index in `order` of the first k > t
+    slot = jnp.arange(num_pairs)
+    u = jax.random.uniform(key, (num_steps, num_pairs))
+    sampled = jnp.floor(u * after[:, None]).astype(jnp.int32)
+    enumerate_all = (after <= num_pairs)[:, None]
+    pick = jnp.where(enumerate_all, slot[None, :], sampled)
+    used = jnp.where(enumerate_all, slot[None, :] < after[:, None], after[:, None] > 0)
+    k = jnp.where(used, order[jnp.minimum(first[:, None] + pick, num_steps - 1)], num_steps)
+    offsets = (k - jnp.arange(num_steps)[:, None]).astype(jnp.int32)
+    scale = jnp.where(enumerate_all, 1.0, after[:, None] / num_pairs) * used
+    return offsets, scale.astype(jnp.float32)
 
 
 def _chunked_rows(fn, num_rows: int, chunk: int, *row_args):

@@ -6,22 +6,13 @@ Meulemans et al., "Would I have gotten that reward?" (COCOA), NeurIPS 2023 (arXi
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Union
-
-import jax
-import jax.numpy as jnp
 
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators.base import Estimator
-from jaxcredit.estimators.hca import (
-    PAIR_MODES, all_pair_offsets, episode_index, sampled_pair_offsets, state_hca_future_credit,
-    state_hca_pair_loss, state_pair_hindsight)
-from jaxcredit.estimators.hca_return import behaviour_policy, check_choice, obs_ndim, value_target
-from jaxcredit.types import Credit, Trajectory
-
-# Offsets per step at which the model is compared with the exact one (estimator/kl_to_exact).
-KL_PAIRS = 8
+from jaxcredit.estimators.contribution import (
+    check_pair_options, observation_object, pairwise_estimator)
+from jaxcredit.estimators.hca_return import check_choice, obs_ndim
 
 
 def hca_state(
@@ -73,10 +64,7 @@ def hca_state(
       hidden: MLP width.
       policy_modulated: logits = stop_gradient(log π(·|s_t)) + f_φ(s_t, s_k).
     """
-    check_choice("pairs", pairs, PAIR_MODES)
-    for name, value in (("num_pairs", num_pairs), ("chunk", chunk)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_pair_options(pairs, num_pairs, chunk)
     if not isinstance(model, hm.StateHindsightModel):
         check_choice("model", model, ("mlp", "tabular", "oracle"))
         if model == "tabular" and num_states is None:
@@ -93,97 +81,12 @@ def hca_state(
                                 condition_on_reward)
         return hm.state_tabular(num_states, policy_modulated)
 
-    def init(key, example: Trajectory):
-        return build(example).init(key, example.obs, example.logits.shape[-1])
-
-    def flat(trajectory):
-        """[T, *batch, ...] -> [T, N, ...]."""
-        batch = trajectory.action.shape[1:]
-        n = math.prod(batch)
-        return jax.tree_util.tree_map(
-            lambda x: jnp.reshape(x, (x.shape[0], n) + x.shape[1 + len(batch):]), trajectory)
-
-    def tilde_reward(tr: Trajectory, gamma):
-        if not bootstrap:
-            return tr.reward
-        window_end = jnp.zeros_like(tr.done).at[-1].set(True)
-        cut = jnp.logical_or(tr.truncated, window_end) & ~tr.terminated
-        return tr.reward + cut * gamma * tr.next_value
-
-    def features(net, params, tr: Trajectory):
-        inputs = tr.state if oracle else tr.obs
-        return net.source(params, inputs), net.target(params, inputs, tr.reward)
-
-    def pair_plan(tr: Trajectory, key, mode: str, k: int):
-        num_steps, n = tr.action.shape
-        if mode == "all":
-            offsets, scale = all_pair_offsets(num_steps)
-            return (jnp.broadcast_to(offsets, (n,) + offsets.shape),
-                    jnp.broadcast_to(scale, (n,) + scale.shape))
-        keys = jax.random.split(key, n)
-        return jax.vmap(lambda kk: sampled_pair_offsets(kk, num_steps, k))(keys)
-
-    def assign(params, trajectory: Trajectory, hparams, key) -> Credit:
-        tr = flat(trajectory)
-        net = build(tr)
-        gamma = hparams.gamma
-        r = tilde_reward(tr, gamma)
-        pi, pi_a = behaviour_policy(tr)
-        taken = jax.nn.one_hot(tr.action, pi.shape[-1], dtype=pi.dtype)
-        immediate = (taken / pi_a[..., None] - 1.0) * r[..., None]
-        src, tgt = features(net, params, tr)
-        offsets, scale = pair_plan(tr, key, pairs, num_pairs)
-        future = jax.vmap(
-            lambda s, g, lg, rr, ep, off, sc: state_hca_future_credit(
-                net, params, s, g, lg, rr, ep, gamma, off, sc, chunk),
-            in_axes=(1, 1, 1, 1, 1, 0, 0), out_axes=1,
-        )(src, tgt, tr.logits, r, episode_index(tr.done), offsets, scale)
-        advantage = jnp.reshape(immediate + future, trajectory.logits.shape)
-        return Credit(
-            advantage=jax.lax.stop_gradient(advantage),
-            value_target=value_target(trajectory, hparams),
-            diagnostics={"advantage_std": advantage.std(),
-                         "future_credit_abs": jnp.abs(future).mean()},
-        )
-
-    def loss(params, trajectory: Trajectory, hparams, key):
-        tr = flat(trajectory)
-        net = build(tr)
-        gamma = hparams.gamma
-        r = tilde_reward(tr, gamma)
-        src, tgt = features(net, params, tr)
-        offsets, scale = pair_plan(tr, key, pairs, num_pairs)
-        ce, w = jax.vmap(
-            lambda s, g, lg, a, rr, ep, off, sc: state_hca_pair_loss(
-                net, params, s, g, lg, a, rr, ep, gamma, off, sc, chunk, mask_zero_reward_loss),
-            in_axes=(1, 1, 1, 1, 1, 1, 0, 0),
-        )(src, tgt, tr.logits, tr.action, r, episode_index(tr.done), offsets, scale)
-        value = ce.sum() / jnp.maximum(w.sum(), 1e-8)
-        return value, {"hindsight_loss": value, "hindsight_pairs": w.sum()}
-
-    def hindsight(params, trajectory: Trajectory, hparams, key):
-        """log h at KL_PAIRS sampled future pairs per step, weighted as in the loss."""
-        tr = flat(trajectory)
-        net = build(tr)
-        src, tgt = features(net, params, tr)
-        offsets, scale = pair_plan(tr, key, "sampled", KL_PAIRS)
-        log_h, weight = jax.vmap(
-            lambda s, g, lg, ep, off, sc: state_pair_hindsight(
-                net, params, s, g, lg, ep, hparams.gamma, off, sc),
-            in_axes=(1, 1, 1, 1, 0, 0),
-        )(src, tgt, tr.logits, episode_index(tr.done), offsets, scale)
-        if mask_zero_reward_loss:
-            k = jnp.minimum(jnp.arange(tr.action.shape[0])[:, None] + offsets,
-                            tr.action.shape[0] - 1)
-            weight = weight * (jax.vmap(lambda rr, kk: rr[kk], in_axes=(1, 0))(tr.reward, k) != 0)
-        return log_h, weight
-
     options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
                    mask_zero_reward_loss=mask_zero_reward_loss)
-    return Estimator(name="hca_state", init=init, assign=assign, loss=loss, all_action=True,
-                     learned=not oracle, exact_model="state_hindsight", is_oracle=oracle,
-                     oracle=None if oracle else (lambda: hca_state(**options, model="oracle")),
-                     hindsight=hindsight)
+    return pairwise_estimator(
+        "hca_state", build, observation_object(oracle), **options, oracle=oracle,
+        exact_model="state_hindsight",
+        make_oracle=lambda: hca_state(**options, model="oracle"))
 
 
 def hca_state_pair_memory_bytes(num_envs: int, num_steps: int, hidden: int, num_actions: int,

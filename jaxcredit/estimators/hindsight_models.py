@@ -28,7 +28,7 @@ add, a ReLU and the small head per pair rather than a full forward pass over the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -63,10 +63,12 @@ class StateHindsightModel:
     """h(a | s_t, s_k) as pure functions, factored for the pairwise computation.
 
     Attributes:
-      init: ``init(key, obs, num_actions) -> params``.
+      init: ``init(key, obs, num_actions, target=None) -> params``; ``target`` is an example of
+        what ``target`` reads (the later observation by default).
       source: ``source(params, obs [*b, *obs_shape]) -> [*b, ...]`` features of s_t.
-      target: ``target(params, obs, reward) -> [*b, ...]`` features of s_k (``reward`` ``[*b]`` is
-        r_k; a model may ignore it).
+      target: ``target(params, u, reward) -> [*b, ...]`` features of the later step's hindsight
+        object u_k (its observation s_k, or a reward value or feature for COCOA; ``reward``
+        ``[*b]`` is r_k; a model may ignore it).
       pair_logits: ``pair_logits(params, src, tgt, policy_logits) -> [*b, A]``; ``src``, ``tgt`` and
         ``policy_logits`` broadcast against each other over the leading dims.
     """
@@ -192,26 +194,32 @@ class _PairHead(nn.Module):
 
 
 def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
-              reward_input: bool = False) -> StateHindsightModel:
-    """An MLP h(a | s_t, s_k) whose first layer is factored into source and target projections.
+              reward_input: bool = False, target_ndim: Optional[int] = None
+              ) -> StateHindsightModel:
+    """An MLP h(a | s_t, u_k) whose first layer is factored into source and target projections.
 
-    f(s_t, s_k) = W_o relu(W_s s_t + W_k s_k + b) + b_o, i.e. a one-hidden-layer MLP on the
-    concatenation [s_t, s_k]. With ``policy_modulated`` the logits are
-    stop_gradient(log π(·|s_t)) + f and W_o starts at zero (h = π initially).
-    With ``reward_input`` the target is (s_k, r_k): W_k [s_k, r_k] (see ``hca_state``).
+    f(s_t, u_k) = W_o relu(W_s s_t + W_k u_k + b) + b_o, i.e. a one-hidden-layer MLP on the
+    concatenation [s_t, u_k], with u_k = s_k for HCA+ (COCOA: a reward value or feature).
+    With ``policy_modulated`` the logits are stop_gradient(log π(·|s_t)) + f and W_o starts at
+    zero (h = π initially). With ``reward_input`` the target is (u_k, r_k): W_k [u_k, r_k]
+    (see ``hca_state``). ``target_ndim``: trailing dims of u_k (default ``obs_ndim``).
     """
     hidden = int(hidden)
+    target_ndim = obs_ndim if target_ndim is None else int(target_ndim)
 
-    def target_input(obs, reward):
-        x = _flatten_obs(obs, obs_ndim)
+    def target_input(u, reward):
+        x = _flatten_obs(u, target_ndim)
         if reward_input:
             x = jnp.concatenate([x, reward[..., None].astype(jnp.float32)], -1)
         return x
 
-    def init(key, obs, num_actions):
+    def init(key, obs, num_actions, target=None):
         x = _flatten_obs(obs, obs_ndim)
         x = jnp.reshape(x, (-1, x.shape[-1]))[:1]
-        y = jnp.concatenate([x, jnp.zeros((1, 1))], -1) if reward_input else x
+        y = x if target is None else _flatten_obs(target, target_ndim)
+        y = jnp.reshape(y, (-1, y.shape[-1]))[:1]
+        if reward_input:
+            y = jnp.concatenate([y, jnp.zeros((1, 1))], -1)
         return _PairHead(num_actions, hidden).init(key, x, y)
 
     def _module(params):
@@ -233,12 +241,16 @@ def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
     return StateHindsightModel(init=init, source=source, target=target, pair_logits=pair_logits)
 
 
-def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHindsightModel:
-    """A tabular h(a | s_t, s_k): logits table ``[S, S, A]`` on state indices (:func:`state_of`)."""
+def state_tabular(num_states: int, policy_modulated: bool = False,
+                  num_targets: Optional[int] = None) -> StateHindsightModel:
+    """A tabular h(a | s_t, u_k): logits table ``[S, U, A]`` on state indices (:func:`state_of`)
+    and object indices u_k (the later state, U = S, by default; a reward-value index for
+    COCOA-reward)."""
+    num_targets = num_states if num_targets is None else int(num_targets)
 
-    def init(key, obs, num_actions):
-        del key, obs
-        return {"table": jnp.zeros((num_states, num_states, num_actions), jnp.float32)}
+    def init(key, obs, num_actions, target=None):
+        del key, obs, target
+        return {"table": jnp.zeros((num_states, num_targets, num_actions), jnp.float32)}
 
     def index(params, obs):
         del params
@@ -267,8 +279,9 @@ def state_tabular(num_states: int, policy_modulated: bool = False) -> StateHinds
 
 
 def state_oracle() -> StateHindsightModel:
-    """The exact h_γ(a | s_t, s_k); params ``{"log_h": [S, S, A]}``
-    (``tabular.state_hindsight``)."""
+    """The exact h_γ(a | s_t, u_k) on indices; params ``{"log_h": [S, U, A]}``: the state
+    hindsight (u = s_k, ``tabular.state_hindsight``) or COCOA's reward hindsight (u = the index
+    of the reward value, ``tabular.reward_hindsight``)."""
 
     def index(params, obs):
         del params
@@ -282,7 +295,7 @@ def state_oracle() -> StateHindsightModel:
         del policy_logits
         return params["log_h"][src, tgt]
 
-    return StateHindsightModel(init=lambda key, obs, num_actions: {}, source=index,
+    return StateHindsightModel(init=lambda key, obs, num_actions, target=None: {}, source=index,
                                target=target, pair_logits=pair_logits)
 
 

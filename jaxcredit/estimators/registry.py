@@ -19,6 +19,8 @@ ESTIMATORS = Registry("estimator", {
     "hca_return": "jaxcredit.estimators.hca_return:hca_return",
     "hca_state": "jaxcredit.estimators.hca_state:hca_state",
     "c2a2c": "jaxcredit.estimators.hca_return:c2a2c",
+    "cocoa_reward": "jaxcredit.estimators.cocoa:cocoa_reward",
+    "cocoa_feature": "jaxcredit.estimators.cocoa:cocoa_feature",
 })
 
 
@@ -33,11 +35,14 @@ def register(name: str, factory: Factory) -> None:
     ESTIMATORS.register(name, factory)
 
 
-def make_estimator(name: str, **options: Any) -> Estimator:
+def make_estimator(name: str, env: Any = None, env_params: Any = None,
+                   **options: Any) -> Estimator:
     """Builds the estimator registered as ``name`` (or a ``"module:factory"`` path) with
-    ``options``.
+    ``options``; a factory that takes ``env`` / ``env_params`` (COCOA-reward reads its reward
+    values there) gets the environment when one is given.
 
     Raises:
       ValueError: unknown name (the message lists close matches), or options the factory rejects.
     """
-    return ESTIMATORS.make(name, **options)
+    context = {k: v for k, v in (("env", env), ("env_params", env_params)) if v is not None}
+    return ESTIMATORS.make(name, context=context, **options)

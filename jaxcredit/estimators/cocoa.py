@@ -1,0 +1,277 @@
+"""Counterfactual contribution analysis: ``cocoa_reward`` and ``cocoa_feature`` (COCOA).
+
+COCOA asks of every action "would I still have got that reward with another action?" through the
+contribution coefficient of a *rewarding outcome* u rather than of a later state:
+
+    w(s, a, u) = p^π(a | s, u) / π(a | s),
+    A[t, a] = (1[a = a_t]/π(a_t|s_t) − 1) r_t + Σ_{k>t} γ^{k−t} (w(s_t, a, u_k) − 1) r_k,
+
+with p^π(a | s, u) the hindsight distribution of the action at s given that outcome u followed
+(pooled over later steps with weight γ^{k−t−1}). Because the reward is a function of u, the sum
+is an unbiased estimate of A^π(s_t, a) when p is exact (COCOA, Theorem 1), and an action that
+changes later states but not the rewards gets w = 1, i.e. no spurious credit (HCA+'s failure).
+
+* ``cocoa_reward``: u_k = the reward value r_k, one of a finite set (one-hot to the model).
+* ``cocoa_feature``: u_k = a binary feature vector g(s_k, a_k) learned to predict r_k: per action a
+  gate matrix G_a thresholded to a binary mask, features 1[mask · x > θ] with straight-through
+  gradients, and a per-action linear readout regressed on r_k (COCOA's feature model).
+* HCA+ (u_k = s_k) is ``hca_state``: the same pairwise machinery
+  (``jaxcredit.estimators.contribution``) with the state as the object.
+
+Reference: Meulemans, Schug, Kobayashi, Daw, Wayne, "Would I have gotten that reward? Long-term
+credit assignment by counterfactual contribution analysis", NeurIPS 2023 (arXiv 2306.16803).
+docs/cocoa.md lists where jaxcredit differs from the paper's code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcredit.estimators import hindsight_models as hm
+from jaxcredit.estimators.base import Estimator
+from jaxcredit.estimators.contribution import (
+    HindsightObject, check_pair_options, pairwise_estimator)
+from jaxcredit.estimators.hca_return import check_choice, obs_ndim
+from jaxcredit.types import Trajectory
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------------------------
+# Hindsight objects
+# ----------------------------------------------------------------------------------------------
+
+
+def reward_index(reward: Array, values: Array) -> Array:
+    """The index of the reward value nearest to each reward (COCOA's reward grouping)."""
+    return jnp.argmin(jnp.abs(reward[..., None] - values), axis=-1).astype(jnp.int32)
+
+
+def reward_value_object(values: Array, one_hot: bool) -> HindsightObject:
+    """u_k = the reward value of step k: a one-hot vector (MLP) or its index (tables)."""
+    values = jnp.asarray(values, jnp.float32)
+
+    def apply(params, tr: Trajectory):
+        del params
+        index = reward_index(tr.reward, values)
+        return jax.nn.one_hot(index, values.shape[0]) if one_hot else index
+
+    return HindsightObject(apply=apply)
+
+
+def straight_through_step(x: Array, threshold: float) -> Array:
+    """1[x > threshold] forward, identity gradient backward (COCOA's hard threshold)."""
+    return x + jax.lax.stop_gradient((x > threshold).astype(x.dtype) - x)
+
+
+def reward_features(params: dict, obs: Array, action: Array, threshold: float) -> Array:
+    """``[*b, F]`` binary features g(s, a) = 1[1[G_a > θ] · x > θ] of flattened observations."""
+    mask = straight_through_step(params["gate"][action], threshold)  # [*b, F, D]
+    return straight_through_step(jnp.einsum("...fd,...d->...f", mask, obs), threshold)
+
+
+def reward_prediction(params: dict, features: Array, action: Array) -> Array:
+    """r̂(s, a) = w_a · g(s, a) + b_a: the per-action linear readout of the features."""
+    return jnp.sum(params["readout"][action] * features, -1) + params["bias"][action]
+
+
+def feature_object(num_features: int, threshold: float, feature_l1: float,
+                   readout_l2: float) -> HindsightObject:
+    """u_k = g(s_k, a_k), features fitted to predict r_k (COCOA-feature).
+
+    Loss: ½ mean_k (r̂(s_k, a_k) − r_k)² + feature_l1 · mean|G| + readout_l2 · mean(w²). The
+    shrinkage keeps the features few and coarse: the fewer distinct objects, the fewer spurious
+    contributions.
+    """
+
+    def inputs(tr: Trajectory) -> Array:
+        ndim = obs_ndim(tr)
+        return jnp.reshape(tr.obs, tr.obs.shape[: tr.obs.ndim - ndim] + (-1,)).astype(jnp.float32)
+
+    def init(key, tr: Trajectory):
+        dim = inputs(tr).shape[-1]
+        num_actions = tr.logits.shape[-1]
+        return {
+            "gate": threshold + jax.random.normal(key, (num_actions, num_features, dim)),
+            "readout": jnp.zeros((num_actions, num_features), jnp.float32),
+            "bias": jnp.zeros((num_actions,), jnp.float32),
+        }
+
+    def apply(params, tr: Trajectory):
+        return reward_features(params, inputs(tr), tr.action, threshold)
+
+    def loss(params, tr: Trajectory):
+        features = reward_features(params, inputs(tr), tr.action, threshold)
+        error = reward_prediction(params, features, tr.action) - tr.reward
+        mse = 0.5 * jnp.mean(error ** 2)
+        value = (mse + feature_l1 * jnp.mean(jnp.abs(params["gate"]))
+                 + readout_l2 * jnp.mean(params["readout"] ** 2))
+        metrics = {"feature_loss": mse, "features_active": jax.lax.stop_gradient(features).mean()}
+        return value, metrics
+
+    return HindsightObject(apply=apply, init=init, loss=loss)
+
+
+def reward_oracle() -> hm.StateHindsightModel:
+    """The exact p^π_γ(a | s_t, u_k) of the reward value; params ``{"log_h": [S, U, A],
+    "values": [U]}`` (``tabular.reward_hindsight``). It reads r_k itself, against its own
+    values, so it is exact whatever values the learned twin uses."""
+
+    def source(params, obs):
+        del params
+        return hm.state_of(obs)
+
+    def target(params, u, reward):
+        del u
+        return reward_index(reward, params["values"])
+
+    def pair_logits(params, src, tgt, policy_logits):
+        del policy_logits
+        return params["log_h"][src, tgt]
+
+    return hm.StateHindsightModel(init=lambda key, obs, num_actions, target=None: {},
+                                  source=source, target=target, pair_logits=pair_logits)
+
+
+# ----------------------------------------------------------------------------------------------
+# Estimators
+# ----------------------------------------------------------------------------------------------
+
+
+def resolve_reward_values(reward_values: Union[None, str, Sequence[float]], env: Any,
+                          env_params: Any) -> np.ndarray:
+    """The finite set of reward values: given (a sequence, or "0,0.1,0.9" from the command line)
+    or read from the environment (``jaxcredit.agents.ground_truth.reward_value_law``)."""
+    if isinstance(reward_values, str):
+        try:
+            reward_values = [float(v) for v in reward_values.replace(";", ",").split(",") if v]
+        except ValueError:
+            raise ValueError(f"reward_values must be numbers separated by commas, got "
+                             f"{reward_values!r}") from None
+    if reward_values is None:
+        if env is None:
+            raise ValueError("cocoa_reward needs reward_values (the finite set of reward "
+                             "values) or an environment to read them from")
+        from jaxcredit.agents.ground_truth import reward_value_law  # noqa: PLC0415
+
+        params = env.default_params if env_params is None else env_params
+        try:
+            reward_values = reward_value_law(env, params)[0]
+        except ValueError as err:
+            raise ValueError(f"cocoa_reward: {err}") from None
+    values = np.unique(np.asarray(reward_values, np.float32))
+    if values.ndim != 1 or values.size < 1:
+        raise ValueError(f"reward_values must be a non-empty list of numbers, "
+                         f"got {reward_values!r}")
+    return values
+
+
+def cocoa_reward(
+    reward_values: Union[None, str, Sequence[float]] = None,
+    pairs: str = "all",
+    num_pairs: int = 16,
+    chunk: int = 8,
+    bootstrap: bool = True,
+    mask_zero_reward_loss: bool = True,
+    model: str = "mlp",
+    hidden: int = 128,
+    policy_modulated: bool = True,
+    num_states: Optional[int] = None,
+    env: Any = None,
+    env_params: Any = None,
+) -> Estimator:
+    """COCOA-reward (Meulemans et al. 2023) — all-action; u_k = the reward value (module doc).
+
+        A[t,a] = (1[a = a_t]/π(a_t|s_t) − 1) r_t + Σ_{k>t} γ^{k−t} (p(a|s_t, r_k)/π(a|s_t) − 1) r_k
+
+    Loss: the γ^{k−t−1}-weighted cross-entropy of p(a_t | s_t, u_k) over pairs t < k with
+    r_k ≠ 0 (``mask_zero_reward_loss``, COCOA's setting); its minimiser is the exact
+    ``tabular.reward_hindsight``. The engine supplies the environment, from which the reward
+    values are read (``reward_distribution``, or the distinct rewards of its tabular MDP);
+    rewards are mapped to the nearest value.
+
+    Args:
+      reward_values: the finite set of reward values (default: the environment's).
+      pairs, num_pairs, chunk, bootstrap: as ``hca_state`` (``contribution.pairwise_estimator``).
+      mask_zero_reward_loss: fit only on pairs whose later reward is non-zero.
+      model: "mlp" (policy-modulated MLP on [s_t, one-hot u_k]), "tabular" (a table
+        ``[S, U, A]`` on one-hot state observations; needs ``num_states``) or "oracle" (the
+        exact p^π_γ of the current policy, supplied by the engine on environments with ground
+        truth).
+      hidden: MLP width.
+      policy_modulated: logits = stop_gradient(log π(·|s_t)) + f_φ(s_t, u_k).
+      env, env_params: supplied by the engine and the diagnostics.
+    """
+    check_pair_options(pairs, num_pairs, chunk)
+    check_choice("model", model, ("mlp", "tabular", "oracle"))
+    if model == "tabular" and num_states is None:
+        raise ValueError("model='tabular' needs num_states")
+    values = resolve_reward_values(reward_values, env, env_params)
+    oracle = model == "oracle"
+
+    def build(trajectory):
+        if oracle:
+            return reward_oracle()
+        if model == "mlp":
+            return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated, target_ndim=1)
+        return hm.state_tabular(num_states, policy_modulated, num_targets=len(values))
+
+    options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
+                   mask_zero_reward_loss=mask_zero_reward_loss)
+    return pairwise_estimator(
+        "cocoa_reward", build, reward_value_object(values, one_hot=model == "mlp"), **options,
+        oracle=oracle, exact_model="reward_hindsight",
+        make_oracle=lambda: cocoa_reward(tuple(values.tolist()), **options, model="oracle"))
+
+
+def cocoa_feature(
+    num_features: int = 128,
+    threshold: float = 0.05,
+    feature_l1: float = 1e-3,
+    readout_l2: float = 1e-3,
+    pairs: str = "all",
+    num_pairs: int = 16,
+    chunk: int = 8,
+    bootstrap: bool = True,
+    mask_zero_reward_loss: bool = True,
+    hidden: int = 128,
+    policy_modulated: bool = True,
+) -> Estimator:
+    """COCOA-feature (Meulemans et al. 2023) — all-action; u_k = g(s_k, a_k), binary features
+    learned to predict r_k (module doc).
+
+        A[t,a] = (1[a = a_t]/π(a_t|s_t) − 1) r_t + Σ_{k>t} γ^{k−t} (p(a|s_t, g_k)/π(a|s_t) − 1) r_k
+
+    Loss: the hindsight cross-entropy (as ``cocoa_reward``, on stop-gradient features) plus the
+    feature model's reward regression. Both are fitted by the engine's schedule on every
+    update's batch (COCOA trains the features once, 20 000 steps on a buffer of early episodes,
+    then freezes them: docs/cocoa.md). No exact model exists for learned features, so there is
+    no oracle twin; ``cocoa_reward``'s oracle is the target the features should reach.
+
+    Args:
+      num_features: F, the width of the binary feature vector (COCOA: 128).
+      threshold: θ of the straight-through steps (COCOA: 0.05).
+      feature_l1, readout_l2: shrinkage of the gates and of the readout.
+      pairs, num_pairs, chunk, bootstrap, mask_zero_reward_loss, hidden, policy_modulated:
+        as ``cocoa_reward``.
+    """
+    check_pair_options(pairs, num_pairs, chunk)
+    if not isinstance(num_features, int) or num_features < 1:
+        raise ValueError(f"num_features must be a positive integer, got {num_features!r}")
+    for name, value in (("feature_l1", feature_l1), ("readout_l2", readout_l2)):
+        if not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+    def build(trajectory):
+        return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated, target_ndim=1)
+
+    return pairwise_estimator(
+        "cocoa_feature", build,
+        feature_object(num_features, float(threshold), float(feature_l1), float(readout_l2)),
+        pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
+        mask_zero_reward_loss=mask_zero_reward_loss, oracle=False, exact_model=None,
+        make_oracle=None)
