@@ -31,6 +31,11 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "hca_state": dict(algo="a2c", estimator="hca_state"),
     "c2a2c": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "hard"),)),
     "c2a2c soft": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "soft"),)),
+    # Counterfactual contributions (COCOA): the object is the reward value or a learned feature.
+    "cocoa_reward": dict(algo="a2c", estimator="cocoa_reward"),
+    "cocoa_feature": dict(algo="a2c", estimator="cocoa_feature"),
+    # The hindsight model fitted on the 16 most recent windows instead of the fresh one only.
+    "cocoa_reward replay16": dict(algo="a2c", estimator="cocoa_reward", estimator_fit_windows=16),
     # Return decomposition: GAE on the rewards RUDDER redistributes.
     "A2C+RUDDER": dict(algo="a2c", estimator="gae", redistribute="rudder"),
     "PPO+RUDDER": dict(algo="ppo", estimator="gae", redistribute="rudder"),
@@ -69,4 +74,5 @@ def learner_fields(label: str, **overrides: Any) -> dict[str, Any]:
 def is_learned(label: str) -> bool:
     """True if the learner fits a credit model (so oracle and 1-step variants make sense)."""
     base = label.split(" oracle")[0].split(" 1-step")[0]
-    return LEARNERS.get(base, {}).get("estimator") in ("hca_return", "hca_state", "c2a2c")
+    return LEARNERS.get(base, {}).get("estimator") in (
+        "hca_return", "hca_state", "c2a2c", "cocoa_reward", "cocoa_feature")

@@ -42,14 +42,22 @@ HERE = pathlib.Path(__file__).resolve().parent
 NUM_ENVS = 8  # episodes per update, as COCOA's batch
 CHANCE = 1 / 16
 ALL_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return oracle", "hca_return 1-step",
-                "hca_state", "hca_state oracle", "c2a2c", "c2a2c oracle")
+                "hca_state", "hca_state oracle", "c2a2c", "c2a2c oracle", "cocoa_reward",
+                "cocoa_reward oracle", "cocoa_feature")
+# COCOA's comparison: REINFORCE, Advantage (A2C), HCA+ (hca_state), COCOA-reward, COCOA-feature;
+# with hca_return and COCOA-reward's oracle ablation.
+COCOA_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_state", "cocoa_reward",
+                  "cocoa_reward oracle", "cocoa_feature")
 SIZES = {
     "smoke": dict(updates=8, lengths=(8,), learners=("A2C+GAE", "hca_return",
-                                                     "hca_return oracle"), seeds=2),
-    "cpu": dict(updates=1024, lengths=(23, 63, 103), learners=ALL_LEARNERS, seeds=16),
+                                                     "hca_return oracle", "cocoa_reward"),
+                  seeds=2),
+    "cpu": dict(updates=1024, lengths=(23, 63, 103), learners=COCOA_LEARNERS, seeds=8),
+    # The HCA / C2A2C study (before COCOA's estimators): results/hca_study.md.
+    "cpu-hca": dict(updates=1024, lengths=(23, 63, 103), learners=ALL_LEARNERS[:9], seeds=16),
     # COCOA's budget: 10 000 updates × 8 episodes (configs/canonical_conveyorlength_performance).
-    "paper": dict(updates=10_000, lengths=(23, 43, 63, 83, 103), learners=ALL_LEARNERS,
-                  seeds=16),
+    "paper": dict(updates=10_000, lengths=(23, 43, 63, 83, 103), learners=COCOA_LEARNERS,
+                  seeds=8),
 }
 METRICS = ("eval/treasure_rate", "eval/key_rate", "eval/exact_return")
 
@@ -59,7 +67,7 @@ class Args(X.OutputArgs):
     """KeyToDoor treasure rate against L for each learner (module docstring)."""
 
     size: str = "cpu"
-    """smoke | cpu | paper"""
+    """smoke | cpu | cpu-hca | paper"""
     seeds: Optional[int] = None
     """seeds per run (default: the size's)"""
     lengths: tuple[int, ...] = ()
@@ -68,6 +76,10 @@ class Args(X.OutputArgs):
     """learner presets (default: the size's): """ + ", ".join(ALL_LEARNERS)
     updates: Optional[int] = None
     """updates per run (default: the size's); each update is 8 whole episodes"""
+    lr: Optional[float] = None
+    """the agent's learning rate (default 3e-3; COCOA: 3e-4 over 10x the updates)"""
+    estimator_lr: Optional[float] = None
+    """the credit models' learning rate (default 1e-3)"""
 
 
 def entropy_coef(length: int) -> float:
@@ -75,27 +87,36 @@ def entropy_coef(length: int) -> float:
     return 0.03 * (20.0 / (length - 3)) ** 0.68260619448
 
 
-def hparams_for(length: int, label: str) -> dict:
+def hparams_for(length: int, label: str, lr: Optional[float] = None,
+                estimator_lr: Optional[float] = None) -> dict:
     """γ = 1 (episodic, as COCOA); lr 3e-3 (COCOA: 3e-4 to 1e-3 over 10× the updates)."""
-    hp = dict(lr=3e-3, gamma=1.0, lambda_=0.95, vf_coef=0.5, max_grad_norm=1.0,
-              ent_coef=entropy_coef(length), estimator_lr=1e-3)
+    hp = dict(lr=lr or 3e-3, gamma=1.0, lambda_=0.95, vf_coef=0.5, max_grad_norm=1.0,
+              ent_coef=entropy_coef(length), estimator_lr=estimator_lr or 1e-3)
     if label.endswith("1-step"):
         hp["estimator_lr"] = hp["lr"]  # as when the model shared the agent's optimiser step
     return hp
 
 
-def case(length: int, label: str, updates: int) -> X.Case:
+def case(length: int, label: str, updates: int, lr: Optional[float] = None,
+         estimator_lr: Optional[float] = None) -> X.Case:
     overrides = {}
     if label.startswith("hca_state") and length > 32:
         # O(L²) pairs per episode are too many on a CPU: 16 sampled future steps per step.
         overrides["estimator_options"] = (("pairs", "sampled"), ("num_pairs", 16))
+    if label.startswith("cocoa"):
+        # Only rewarded later steps carry COCOA credit: all of them up to 16 per step (every
+        # step at L = 23), else 16 drawn (unbiased). COCOA fits on rewarded pairs only.
+        overrides["estimator_options"] = (("pairs", "rewarded"), ("num_pairs", 16))
     config = TrainConfig(
         **learner_fields(label, **overrides), env="KeyToDoor", env_options=(("length", length),),
         num_envs=NUM_ENVS, num_steps=length, total_timesteps=NUM_ENVS * length * updates,
         hidden_sizes=(64, 64), anneal_lr=False, eval_every=max(1, updates // 16),
         eval_episodes=64)
-    return X.Case(name=f"L{length}/{label.replace(' ', '_')}", config=config,
-                  settings=(hparams_for(length, label),),
+    # Non-default learning rates are part of the run's name: they never share a directory.
+    suffix = "".join(f"_{name}{value:g}" for name, value in (("lr", lr), ("elr", estimator_lr))
+                     if value)
+    return X.Case(name=f"L{length}/{label.replace(' ', '_')}{suffix}", config=config,
+                  settings=(hparams_for(length, label, lr, estimator_lr),),
                   labels={"L": length, "learner": label})
 
 
@@ -138,7 +159,8 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         lines += [f"### {title}", ""] + X.markdown_table(rows, learners, cell(key), "") + [""]
     lines += ["### KL(exact ‖ learned hindsight model), mean over the last 4 evaluations", ""]
     lines += X.markdown_table(rows, [label for label in learners if "oracle" not in label and (
-        "hca" in label or "c2a2c" in label)], cell("estimator/kl_to_exact/final", 4), "") + [""]
+        "hca" in label or "c2a2c" in label or label == "cocoa_reward")],
+        cell("estimator/kl_to_exact/final", 4), "") + [""]
     scores = {label: np.stack([results[f"L{L}/{label}"]["eval/treasure_rate/final"]
                                for L in lengths], axis=1) for label in learners}
     table, agg = X.aggregate_table(
@@ -200,7 +222,8 @@ def main(argv=None) -> int:
         learners = args.learners or size["learners"]
         if min(lengths) < 4:
             raise ValueError("need lengths >= 4")
-        cases = [case(L, label, updates) for L in lengths for label in learners]
+        cases = [case(L, label, updates, args.lr, args.estimator_lr)
+                 for L in lengths for label in learners]
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
