@@ -185,27 +185,26 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out) if args.out else X.default_out("cocoa_gradients")
     out.mkdir(parents=True, exist_ok=True)
     start, results, seconds = time.time(), {}, {}
-    if "tree" in args.parts:
-        results["tree"] = {}
-        for overlap in size["overlaps"]:
+    # part -> (environment, option swept, its values, estimators, policy scale, env seeds)
+    plans = {
+        "tree": ("TreeMDP", "state_overlap", size["overlaps"], TREE_ESTIMATORS, 0.0,
+                 list(range(100, 100 + policies))),
+        "key_to_door": ("KeyToDoor", "length", size["lengths"], KEY_TO_DOOR_ESTIMATORS,
+                        P.DEFAULT_POLICY_SCALE, None),
+    }
+    for part in ("tree", "key_to_door"):
+        if part not in args.parts:
+            continue
+        env, option, values, labels, scale, env_seeds = plans[part]
+        results[part] = {}
+        for value in values:
             t = time.time()
-            results["tree"][str(overlap)] = diagnose_points(
-                "TreeMDP", (("state_overlap", overlap),), TREE_ESTIMATORS, policies, size,
-                "learned", 0.0, env_seeds=list(range(100, 100 + policies)))
-            seconds[f"tree/o={overlap}"] = time.time() - t
+            results[part][str(value)] = diagnose_points(
+                env, ((option, value),), labels, policies, size, "learned", scale,
+                env_seeds=env_seeds)
+            seconds[f"{part}/{option}={value}"] = time.time() - t
             save_partial(out, results)
-            print(f"tree overlap {overlap}: {seconds[f'tree/o={overlap}']:.0f} s", flush=True)
-    if "key_to_door" in args.parts:
-        results["key_to_door"] = {}
-        for length in size["lengths"]:
-            t = time.time()
-            results["key_to_door"][str(length)] = diagnose_points(
-                "KeyToDoor", (("length", length),), KEY_TO_DOOR_ESTIMATORS, policies, size,
-                "learned", P.DEFAULT_POLICY_SCALE)
-            seconds[f"key_to_door/L={length}"] = time.time() - t
-            save_partial(out, results)
-            print(f"key_to_door L {length}: {seconds[f'key_to_door/L={length}']:.0f} s",
-                  flush=True)
+            print(f"{part} {option} {value}: {time.time() - t:.0f} s", flush=True)
     meta = dict(size=args.size, policies=policies, episodes=size["episodes"], fit=size["fit"],
                 fit_steps=size["fit_steps"], seconds=seconds, wall_seconds=time.time() - start,
                 estimators={"tree": TREE_ESTIMATORS, "key_to_door": KEY_TO_DOOR_ESTIMATORS},
