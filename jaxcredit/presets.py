@@ -41,6 +41,17 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "PPO+RUDDER": dict(algo="ppo", estimator="gae", redistribute="rudder"),
     # Step rewards from a process reward model (step-checkable tasks: ArithmeticChain).
     "PPO+PRM": dict(algo="ppo", estimator="gae", redistribute="prm"),
+    # Outcome-only group baselines of RL post-training (set group_size): PPO's clipped loss on
+    # the group advantage as it is, no critic.
+    "PPO+GRPO": dict(algo="ppo", estimator="grpo", critic=False, normalize_advantage=False),
+    "PPO+Dr.GRPO": dict(algo="ppo", estimator="dr_grpo", critic=False,
+                        normalize_advantage=False),
+    "PPO+RLOO": dict(algo="ppo", estimator="rloo", critic=False, normalize_advantage=False),
+    # Turn-level credit: the Beta-Bernoulli belief (its credit is a difference of pass rates, a
+    # small number, so advantages are standardised), and RLOO plus the known answer's hints.
+    "PPO+belief": dict(algo="ppo", estimator="belief", critic=False, normalize_advantage=True),
+    "PPO+known_answer": dict(algo="ppo", estimator="known_answer", critic=False,
+                             normalize_advantage=False),
 }
 SUFFIXES = ("oracle", "1-step")
 

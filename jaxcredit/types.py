@@ -42,6 +42,10 @@ class Trajectory:
       state: ``[T, *batch]`` int32 tabular index of s_t on environments with exact ground truth
         (``jaxcredit.envs.tabular``), else None. Learned models never read it; exact (oracle)
         models and the ground-truth metrics do.
+      extras: dict of ``[T, *batch]`` per-step ground truth from the environment
+        (``env.step_extras``; CommandChain's ``label``, ``agrees``, ``instance``), else None.
+        Each environment documents which entries credit stages may read; ``label`` is for
+        scoring credit only.
     """
 
     obs: Array
@@ -55,6 +59,7 @@ class Trajectory:
     logits: Array
     next_obs: Optional[Array] = None
     state: Optional[Array] = None
+    extras: Optional[dict] = None
 
     @property
     def done(self) -> Array:

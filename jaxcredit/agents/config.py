@@ -73,9 +73,9 @@ class TrainConfig:
     objective: Optional[str] = None
     """objective stage: pg | ppo | module:factory (default: the algo's)"""
     estimator: Optional[str] = None
-    """estimate stage: gae, mc, nstep, lambda_returns, hca_return, hca_state, c2a2c, or
-    module:factory (default: gae, or mc for reinforce); for dqn the Q target: double_q |
-    q_learning"""
+    """estimate stage: gae, mc, nstep, lambda_returns, hca_return, hca_state, c2a2c,
+    cocoa_reward, cocoa_feature, grpo, dr_grpo, rloo, belief, known_answer, or module:factory
+    (default: gae, or mc for reinforce); for dqn the Q target: double_q | q_learning"""
     estimator_options: Options = ()
     """options of the estimator, e.g. n=10 or model=oracle"""
     relabel: Optional[str] = None
@@ -92,6 +92,9 @@ class TrainConfig:
     """environment options, e.g. n=10 or sigma=1"""
     num_envs: int = 4
     """parallel environments N per run"""
+    group_size: int = 1
+    """K environments per task instance (grpo, rloo): every window then starts a fresh episode in
+    each environment, consecutive groups of K sharing an instance; must divide num_envs"""
     num_steps: Optional[int] = None
     """rollout length T per update (default: 128; 1 for dqn)"""
     total_timesteps: int = 500_000
@@ -171,7 +174,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raises ValueError with a one-line message on an inconsistent config."""
-        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs",
+        for name in ("num_envs", "group_size", "num_steps", "total_timesteps", "update_epochs",
                      "num_minibatches", "eval_episodes", "buffer_size", "batch_size",
                      "gradient_steps", "target_update_every", "n_step"):
             value = getattr(self, name)
@@ -203,6 +206,9 @@ class TrainConfig:
             if self.buffer_size < self.num_envs:
                 raise ValueError(f"buffer_size={self.buffer_size} holds less than one step of "
                                  f"the {self.num_envs} environments")
+        if self.num_envs % self.group_size:
+            raise ValueError(f"group_size={self.group_size} does not divide "
+                             f"num_envs={self.num_envs}")
         if self.total_timesteps < self.num_envs * self.num_steps:
             raise ValueError(
                 f"total_timesteps={self.total_timesteps} is less than one update "

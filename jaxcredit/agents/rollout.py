@@ -47,6 +47,8 @@ class Transitions:
 
     ``final_obs[t]`` is s'_{t+1}: the next observation, or the pre-reset one if the episode ended.
     ``state[t]`` is the tabular index of s_t on environments with ground truth, else None.
+    ``extras[t]`` holds the environment's per-step ground truth (``env.step_extras``, e.g.
+    CommandChain's step labels) where it has some, else None.
     """
 
     obs: Array
@@ -58,6 +60,7 @@ class Transitions:
     logits: Array
     final_obs: Array
     state: Optional[Array] = None
+    extras: Optional[dict] = None
 
 
 @struct.dataclass
@@ -78,6 +81,24 @@ def reset_runner(env: Any, env_params: Any, key: Array, num_envs: int) -> EnvRun
     """Resets ``num_envs`` environments with independent keys."""
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
         jax.random.split(key, num_envs), env_params)
+    return EnvRunner(
+        env_state=env_state, obs=obs,
+        episode_return=jnp.zeros((num_envs,), jnp.float32),
+        episode_length=jnp.zeros((num_envs,), jnp.int32),
+    )
+
+
+def reset_groups(env: Any, env_params: Any, key: Array, num_envs: int,
+                 group_size: int) -> EnvRunner:
+    """Resets ``num_envs`` environments in groups of ``group_size`` consecutive ones that share a
+    task instance (``env.sample_instance`` / ``env.reset_to_instance``) and nothing else: each
+    environment gets its own reset key, and acting draws independent keys per environment."""
+    instance_key, reset_key = jax.random.split(key)
+    instances = jax.vmap(env.sample_instance, in_axes=(0, None))(
+        jax.random.split(instance_key, num_envs // group_size), env_params)
+    instances = jnp.repeat(instances, group_size, axis=0)
+    obs, env_state = jax.vmap(env.reset_to_instance, in_axes=(0, None, 0))(
+        jax.random.split(reset_key, num_envs), env_params, instances)
     return EnvRunner(
         env_state=env_state, obs=obs,
         episode_return=jnp.zeros((num_envs,), jnp.float32),
@@ -113,6 +134,9 @@ def rollout(
     num_envs = runner.obs.shape[0]
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     index_states = None if state_index is None else jax.vmap(state_index)
+    step_extras = getattr(env, "step_extras", None)
+    extras_of = (None if step_extras is None
+                 else jax.vmap(step_extras, in_axes=(0, 0, None)))
 
     def one_step(runner: EnvRunner, step_key: Array):
         act_key, env_key = jax.random.split(step_key)
@@ -135,6 +159,8 @@ def rollout(
             terminated=terminated.astype(bool), truncated=truncated.astype(bool),
             log_prob=log_prob, logits=logits, final_obs=info["final_observation"],
             state=None if index_states is None else index_states(runner.env_state),
+            extras=(None if extras_of is None
+                    else extras_of(runner.env_state, action, env_params)),
         )
         reached = (jnp.zeros_like(done) if success is None
                    else success(runner.obs, info["final_observation"]))

@@ -45,7 +45,7 @@ import optax
 from jaxcredit.agents import ground_truth as gt_lib
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
-from jaxcredit.agents.rollout import Transitions, reset_runner, rollout
+from jaxcredit.agents.rollout import Transitions, reset_groups, reset_runner, rollout
 from jaxcredit.agents.state import AgentState, TrainState, Window
 from jaxcredit.envs import make as make_env
 from jaxcredit.envs.goals import success_fn
@@ -56,6 +56,7 @@ from jaxcredit.networks import ActorCritic
 from jaxcredit.objectives import Objective, PolicyOutputs, losses, make_objective
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.relabel import Relabeller, make_relabeller
+from jaxcredit.agents.credit_scores import step_label_scores
 from jaxcredit.types import Credit, Trajectory
 
 Array = jax.Array
@@ -198,7 +199,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     num_actions = _discrete_actions(env, env_params, config.env)
     objective = _make_objective(config)
     estimator = make_estimator(config.estimator, env=env, env_params=env_params,
-                               **config.estimator_kwargs)
+                               group_size=config.group_size, **config.estimator_kwargs)
+    episodic = estimator.episode_windows or config.group_size > 1
+    if episodic:
+        _check_episode_windows(config, env, env_params, estimator)
     relabeller = (make_relabeller(config.relabel, env=env,
                                   horizon=_episode_horizon(env_params),
                                   **dict(config.relabel_options))
@@ -241,7 +245,15 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             terminated=zeros.astype(bool), truncated=zeros.astype(bool), value=zeros,
             next_value=zeros, log_prob=zeros, logits=jnp.zeros((T, N, num_actions), jnp.float32),
             next_obs=obs,
-            state=None if reference is None else jnp.zeros((T, N), jnp.int32))
+            state=None if reference is None else jnp.zeros((T, N), jnp.int32),
+            extras=example_extras())
+
+    def example_extras():
+        if not hasattr(env, "step_extras"):
+            return None
+        _, env_state = env.reset(jax.random.key(0), env_params)
+        one = jax.eval_shape(env.step_extras, env_state, jnp.zeros((), jnp.int32), env_params)
+        return jax.tree.map(lambda x: jnp.zeros((T, N) + x.shape, x.dtype), one)
 
     def init(key: Array) -> TrainState:
         net_key, est_key, rd_key, env_key, run_key, eval_key = jax.random.split(key, 6)
@@ -279,7 +291,14 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         def policy(obs):
             return network.apply(state.agent.params, obs, method=ActorCritic.policy)
 
-        runner, tr, episodes = rollout(env, env_params, policy, state.runner, act_key, T,
+        runner = state.runner
+        if episodic:
+            # Every window is one whole episode per environment, groups sharing an instance.
+            act_key, reset_key = jax.random.split(act_key)
+            runner = (reset_groups(env, env_params, reset_key, N, config.group_size)
+                      if hasattr(env, "reset_to_instance")
+                      else reset_runner(env, env_params, reset_key, N))
+        runner, tr, episodes = rollout(env, env_params, policy, runner, act_key, T,
                                        state_index, success)
         traj = _trajectory(tr)
         if relabeller is not None:
@@ -347,6 +366,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                 metrics.update({f"estimator/{k}": v for k, v in fit_metrics.items()})
             params = est_state.params
         credit = jax.lax.stop_gradient(estimator.assign(params, traj, hparams, est_key))
+        if estimator.update is not None:
+            est_state = est_state.replace(params=estimator.update(params, traj, hparams))
         state = state.replace(estimator=est_state, redistributor=rd_state)
         return traj, credit, state, metrics
 
@@ -358,7 +379,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     def optimise(state: TrainState, traj: Trajectory, credit: Credit, key: Array, hparams):
         lr = hparams.lr * lr_scale(state, config.anneal_lr)
         # Only what the objective reads is shuffled into minibatches.
-        per_step = (traj.replace(next_obs=None, state=None),
+        per_step = (traj.replace(next_obs=None, state=None, extras=None),
                     Credit(advantage=credit.advantage, value_target=credit.value_target))
         flat = jax.tree.map(lambda x: x.reshape((T * N,) + x.shape[2:]), per_step)
 
@@ -404,6 +425,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             metrics["explained_variance"] = losses.explained_variance(
                 traj.value, credit.value_target)
         metrics.update({f"credit/{k}": v for k, v in credit.diagnostics.items()})
+        if traj.extras is not None and "label" in traj.extras:
+            metrics.update({f"credit/{k}": v for k, v in step_label_scores(
+                traj, credit.advantage, episodic).items()})
         state = state.replace(agent=agent, runner=window.runner, key=key,
                               update=state.update + 1)
         return state, metrics
@@ -440,6 +464,25 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                   evaluate=evaluate)
 
 
+def _check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
+                           estimator: Estimator) -> None:
+    """Episodic credit (group baselines, belief credit) needs every window to be one whole
+    episode: a fixed episode length equal to num_steps, and instances to share for groups."""
+    horizon = _episode_horizon(env_params)
+    what = (f"estimator {config.estimator!r}" if estimator.episode_windows
+            else f"group_size={config.group_size}")
+    if horizon is None:
+        raise ValueError(f"{what} reads each window as one whole episode and "
+                         f"{config.env!r} states no episode length")
+    if horizon != config.num_steps:
+        raise ValueError(f"{what} reads each window as one whole episode: set --num-steps "
+                         f"{horizon} (the episode length), got {config.num_steps}")
+    if config.group_size > 1 and not hasattr(env, "reset_to_instance"):
+        raise ValueError(f"group_size={config.group_size} needs an environment with task "
+                         f"instances to share (sample_instance / reset_to_instance, e.g. "
+                         f"CommandChain); {config.env!r} has none")
+
+
 def _episode_horizon(env_params: Any) -> Optional[int]:
     """The environment's time limit (None when it states none)."""
     steps = getattr(env_params, "max_steps_in_episode", None)
@@ -461,7 +504,7 @@ def _trajectory(tr: Transitions) -> Trajectory:
     return Trajectory(
         obs=tr.obs, action=tr.action, reward=tr.reward, terminated=tr.terminated,
         truncated=tr.truncated, value=zeros, next_value=zeros, log_prob=tr.log_prob,
-        logits=tr.logits, next_obs=tr.final_obs, state=tr.state)
+        logits=tr.logits, next_obs=tr.final_obs, state=tr.state, extras=tr.extras)
 
 
 def _make_objective(config: TrainConfig) -> Objective:

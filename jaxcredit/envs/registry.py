@@ -3,7 +3,7 @@
 Names are those of gymnax (``CartPole-v1``, ``Catch-bsuite``, ``Breakout-MinAtar`` ...) and of
 jaxcredit (``Shortcut``, ``DelayedEffect``, ``AmbiguousBandit``, ``KeyToDoor``,
 ``TaskInterleaving``, ``TreeMDP``, ``GridWorld-v1/v2``, ``DelayedGridWorld-v1/v2``, ``BitFlip``,
-``GoalGrid``, ``ArithmeticChain``).
+``GoalGrid``, ``ArithmeticChain``, ``CommandChain``).
 jaxcredit environments are imported lazily, by ``"module:Class"`` path.
 
 Keyword arguments are routed by name: those accepted by the environment's constructor fix its
@@ -52,6 +52,7 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "DelayedGridWorld-v2": _Entry("jaxcredit.envs.grid:DelayedGridWorld", (("version", 2),)),
     "BitFlip": _Entry("jaxcredit.envs.bitflip:BitFlip"),
     "ArithmeticChain": _Entry("jaxcredit.envs.arithmetic_chain:ArithmeticChain"),
+    "CommandChain": _Entry("jaxcredit.envs.command_chain:CommandChain"),
     "GoalGrid": _Entry("jaxcredit.envs.goal_grid:GoalGrid"),
 }
 

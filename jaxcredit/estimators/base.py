@@ -21,6 +21,16 @@ batch. Two optional fields serve the ground-truth checks on tabular environments
 * ``hindsight(params, trajectory, hparams, key) -> (log_h [..., A], weight [...])`` evaluates the
   model at the conditioning points the estimator uses, so the engine can report the KL divergence
   between the learned and the exact model there (``estimator/kl_to_exact``).
+
+A model that is not fitted by gradient steps but revised by a rule (a Bayesian posterior over
+which turns helped, ``jaxcredit.estimators.belief``) sets ``update(params, trajectory, hparams)
+-> params``: the engine calls it *after* ``assign``, so a window's credit comes from the belief
+held before its own outcomes are seen.
+
+Episodic estimators (``episode_windows``: GRPO, RLOO, the belief credit) read each window column
+as one whole episode; the engine then resets every environment at the start of every window, in
+groups of ``TrainConfig.group_size`` that share a task instance (``jaxcredit.agents.rollout``),
+and requires the window to be one episode long.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ InitFn = Callable[[jax.Array, Trajectory], Any]
 AssignFn = Callable[[Any, Trajectory, Any, jax.Array], Credit]
 LossFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]]
 HindsightFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, jax.Array]]
+UpdateFn = Callable[[Any, Trajectory, Any], Any]
 
 EXACT_MODELS = ("state_hindsight", "return_hindsight", "reward_hindsight")
 
@@ -67,6 +78,8 @@ class Estimator:
       oracle: builds the twin estimator that uses the exact model (needs ``exact_model``).
       hindsight: the learned model at the estimator's conditioning points (for the KL metric).
       is_oracle: True for a twin built by ``oracle()``: the engine supplies its params.
+      update: the rule that revises a non-gradient model after ``assign`` (or None).
+      episode_windows: True if ``assign`` reads each window column as one whole episode.
     """
 
     name: str
@@ -79,6 +92,8 @@ class Estimator:
     oracle: Optional[Callable[[], "Estimator"]] = None
     hindsight: Optional[HindsightFn] = None
     is_oracle: bool = False
+    update: Optional[UpdateFn] = None
+    episode_windows: bool = False
 
     def __post_init__(self):
         if self.exact_model is not None and self.exact_model not in EXACT_MODELS:

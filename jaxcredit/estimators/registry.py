@@ -21,6 +21,11 @@ ESTIMATORS = Registry("estimator", {
     "c2a2c": "jaxcredit.estimators.hca_return:c2a2c",
     "cocoa_reward": "jaxcredit.estimators.cocoa:cocoa_reward",
     "cocoa_feature": "jaxcredit.estimators.cocoa:cocoa_feature",
+    "grpo": "jaxcredit.estimators.group:grpo",
+    "dr_grpo": "jaxcredit.estimators.group:dr_grpo",
+    "rloo": "jaxcredit.estimators.group:rloo",
+    "belief": "jaxcredit.estimators.belief:belief",
+    "known_answer": "jaxcredit.estimators.known_answer:known_answer",
 })
 
 
@@ -36,7 +41,7 @@ def register(name: str, factory: Factory) -> None:
 
 
 def make_estimator(name: str, env: Any = None, env_params: Any = None,
-                   **options: Any) -> Estimator:
+                   group_size: Any = None, **options: Any) -> Estimator:
     """Builds the estimator registered as ``name`` (or a ``"module:factory"`` path) with
     ``options``; a factory that takes ``env`` / ``env_params`` (COCOA-reward reads its reward
     values there) gets the environment when one is given.
@@ -44,5 +49,6 @@ def make_estimator(name: str, env: Any = None, env_params: Any = None,
     Raises:
       ValueError: unknown name (the message lists close matches), or options the factory rejects.
     """
-    context = {k: v for k, v in (("env", env), ("env_params", env_params)) if v is not None}
+    context = {k: v for k, v in (("env", env), ("env_params", env_params),
+                                 ("group_size", group_size)) if v is not None}
     return ESTIMATORS.make(name, context=context, **options)
