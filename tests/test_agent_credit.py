@@ -1,6 +1,8 @@
 """Long-horizon agent credit: CommandChain, group baselines (GRPO, Dr. GRPO, RLOO), the belief
 credit, hindsight from a known answer, group rollouts and the step-label scores."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +13,7 @@ from jaxcredit.agents.credit_scores import episode_returns, step_label_scores
 from jaxcredit.envs import make as make_env
 from jaxcredit.envs.command_chain import CommandChain, random_success_rate
 from jaxcredit.estimators import make_estimator
-from jaxcredit.estimators.belief import belief_update, posterior_means
+from jaxcredit.estimators.belief import belief_update, first_uses, posterior_means
 from jaxcredit.estimators.group import (episode_outcome, first_episode_mask,
                                         group_relative_advantages, leave_one_out_advantages)
 from jaxcredit.types import Trajectory
@@ -195,6 +197,12 @@ def test_belief_credit_uses_the_belief_before_the_window():
     np.testing.assert_allclose(credit.advantage, [[1 / 6, -1 / 6], [0, 0]], atol=1e-6)
 
 
+def test_only_the_first_issue_of_a_command_is_credited():
+    action = jnp.array([[2, 0], [1, 0], [2, 1], [1, 1]])
+    np.testing.assert_array_equal(first_uses(action, 3),
+                                  [[1, 1], [1, 0], [0, 1], [0, 0]])
+
+
 def test_known_answer_bonus_on_agreeing_steps_of_failed_episodes():
     # Group of two: episode 0 passed, episode 1 failed; steps 0 and 1 of episode 1 agree.
     reward = jnp.array([[0., 0], [0, 0], [1, 0]])
@@ -255,3 +263,18 @@ def test_episodic_credit_config_errors():
     with pytest.raises(ValueError, match="task instances to share"):
         make_engine(_config(env="CartPole-v1", estimator="gae", num_steps=500,
                             total_timesteps=8 * 500, env_options=()))
+
+
+def test_group_estimators_run_through_jaxcredit_train(tmp_path, capsys):
+    from jaxcredit import cli
+
+    out = tmp_path / "grpo"
+    code = cli.main(["train", "--env", "CommandChain", "--env-option", "horizon=10",
+                     "--estimator", "grpo", "--critic", "False", "--group-size", "4",
+                     "--num-envs", "8", "--num-steps", "10", "--total-timesteps", "240",
+                     "--eval-every", "0", "--out", str(out)])
+    assert code in (0, None), capsys.readouterr().err
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["group_size"] == 4 and config["estimator"] == "grpo"
+    header = (out / "metrics.csv").read_text().splitlines()[0]
+    assert "credit/sign_necessary" in header and "credit/equal_groups" in header
