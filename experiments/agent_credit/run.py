@@ -16,7 +16,9 @@ entropy bonus (as in RL post-training):
 * ``PPO+GRPO`` (std-normalised, Bessel), ``PPO+Dr.GRPO`` (mean only), ``PPO+RLOO``;
 * ``PPO+belief``: the Beta–Bernoulli belief over which commands help each instance;
 * ``PPO+known_answer``: RLOO plus a bonus of 1 on the steps of failed episodes that agree with the
-  known solution.
+  known solution;
+* ablation at H = 50: ``PPO+belief every issue``, the belief credit on every issue of a command
+  instead of the first only.
 
 Reported: training success against episodes (8 seeds, 95 % bootstrap bands), final success and
 area under the curve (mean ± Student-t 95 % CI), and the credit scores the engine computes against
@@ -49,6 +51,9 @@ from jaxcredit.presets import learner_fields
 
 HERE = pathlib.Path(__file__).resolve().parent
 LEARNERS = ("PPO+GAE", "PPO+GRPO", "PPO+Dr.GRPO", "PPO+RLOO", "PPO+belief", "PPO+known_answer")
+# Ablations, run at H = 50 only: the belief credit on every issue of a command, not the first.
+ABLATIONS = {"PPO+belief every issue": ("PPO+belief", (("first_use_only", False),))}
+ABLATION_HORIZON = 50
 NUM_ENVS, GROUP_SIZE = 64, 8
 SOLUTION, FATAL, INSTANCES = 5, 1, 16
 SUCCESS = "episode_return"  # the pass rate of the update's 64 training episodes
@@ -77,6 +82,8 @@ class Args(X.OutputArgs):
     """horizons H (default: the size's)"""
     learners: tuple[str, ...] = LEARNERS
     """learners to run"""
+    ablations: bool = True
+    """also run the ablations at H = 50 (module docstring)"""
 
 
 def env_options(horizon: int) -> tuple:
@@ -85,11 +92,14 @@ def env_options(horizon: int) -> tuple:
 
 
 def case(horizon: int, learner: str, updates: int) -> X.Case:
+    base, options = ABLATIONS.get(learner, (learner, ()))
     config = TrainConfig(
-        **learner_fields(learner), env="CommandChain", env_options=env_options(horizon),
+        **learner_fields(base, estimator_options=options), env="CommandChain",
+        env_options=env_options(horizon),
         num_envs=NUM_ENVS, group_size=GROUP_SIZE, num_steps=horizon,
         total_timesteps=NUM_ENVS * horizon * updates, anneal_lr=False, eval_every=0)
-    return X.Case(name=f"H{horizon}/{learner.replace('+', '_').replace('.', '')}",
+    slug = learner.replace("+", "_").replace(".", "").replace(" ", "_")
+    return X.Case(name=f"H{horizon}/{slug}",
                   config=config, settings=(HPARAMS,),
                   labels={"horizon": horizon, "learner": learner})
 
@@ -160,6 +170,8 @@ def main(argv=None) -> int:
         return 2
     horizons = args.horizons or size["horizons"]
     cases = [case(h, learner, size["updates"]) for h in horizons for learner in args.learners]
+    if args.ablations and ABLATION_HORIZON in horizons:
+        cases += [case(ABLATION_HORIZON, name, size["updates"]) for name in ABLATIONS]
     meta = {"size": args.size, "seeds": size["seeds"], "updates": size["updates"],
             "horizons": list(horizons), "hparams": HPARAMS, "group_size": GROUP_SIZE}
     return X.run_and_report("agent_credit", HERE, args, cases, meta, report, size["seeds"], 0,
