@@ -213,7 +213,8 @@ def line_style(label: str) -> str:
 
 
 def plot_curve_panels(path: pathlib.Path, panels: dict, ylabel: str, title: str = "",
-                      hline: float | None = None, cols: int = 3) -> None:
+                      hline: float | None = None, cols: int = 3,
+                      xlabel: str = "env steps per seed") -> None:
     """One panel per task of mean learning curves with 95% bootstrap bands over seeds.
 
     Args:
@@ -222,6 +223,9 @@ def plot_curve_panels(path: pathlib.Path, panels: dict, ylabel: str, title: str 
       ylabel: the metric's name for the y axes.
       title: a figure title.
       hline: a reference level drawn in grey on every panel (chance, for example).
+      xlabel: the x axes' label.
+
+    A learner keeps its colour in every panel, and the legend lists every learner.
     """
     import matplotlib  # noqa: PLC0415
 
@@ -234,20 +238,24 @@ def plot_curve_panels(path: pathlib.Path, panels: dict, ylabel: str, title: str 
     cols = min(cols, len(panels))
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.3 * cols, 3.3 * rows), squeeze=False)
+    labels = list(dict.fromkeys(label for lines in panels.values() for label in lines))
+    colour = {label: f"C{i % 10}" for i, label in enumerate(labels)}
     for ax, (name, lines) in zip(axes.flat, panels.items()):
         for label, (steps, values) in lines.items():
             mean, low, high = bootstrap_band(np.asarray(values))
-            line, = ax.plot(steps, mean, ls=line_style(label), label=label)
-            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.15, lw=0)
+            ax.plot(steps, mean, ls=line_style(label), color=colour[label])
+            ax.fill_between(steps, low, high, color=colour[label], alpha=0.15, lw=0)
         if hline is not None:
             ax.axhline(hline, color="grey", lw=0.8, ls="--")
         ax.set_title(name, fontsize=9)
         ax.xaxis.set_major_formatter(EngFormatter())  # 200k, not 200000 running into 175000
-        ax.set_xlabel("env steps per seed")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    list(axes.flat)[0].legend(fontsize=6)
+    list(axes.flat)[0].legend(
+        [plt.Line2D([], [], color=colour[label], ls=line_style(label)) for label in labels],
+        labels, fontsize=6)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
