@@ -19,7 +19,8 @@ entropy bonus (as in RL post-training):
   known solution;
 * ablations: ``PPO+belief every issue`` at H = 50, the belief credit on every issue of a command
   instead of the first only; ``PPO+RLOO progress observed`` and ``PPO+known_answer progress
-  observed`` at H = 10, the same learners with the solution progress in the observation.
+  observed`` at H = 10, the same learners with the solution progress in the observation;
+  ``PPO+GAE lambda 1`` at H = 100, GAE without bootstrapping from the critic.
 
 Reported: training success against episodes (8 seeds, 95 % bootstrap bands), final success and
 area under the curve (mean ± Student-t 95 % CI), and the credit scores the engine computes against
@@ -52,14 +53,16 @@ from jaxcredit.presets import learner_fields
 
 HERE = pathlib.Path(__file__).resolve().parent
 LEARNERS = ("PPO+GAE", "PPO+GRPO", "PPO+Dr.GRPO", "PPO+RLOO", "PPO+belief", "PPO+known_answer")
-# Ablations: (learner, estimator options, extra environment options, horizon). The belief
-# credit on every issue of a command, not the first; progress observed at H = 10, where a
-# memoryless policy without it is capped near the coupon-collector rate (README).
+# Ablations: (learner, estimator options, extra environment options, horizon, hparams). The
+# belief credit on every issue of a command, not the first; progress observed at H = 10, where a
+# memoryless policy without it is capped near the coupon-collector rate; GAE without
+# bootstrapping (λ = 1) at H = 100 (README).
 ABLATIONS = {
-    "PPO+belief every issue": ("PPO+belief", (("first_use_only", False),), (), 50),
-    "PPO+RLOO progress observed": ("PPO+RLOO", (), (("observe_progress", True),), 10),
+    "PPO+belief every issue": ("PPO+belief", (("first_use_only", False),), (), 50, {}),
+    "PPO+RLOO progress observed": ("PPO+RLOO", (), (("observe_progress", True),), 10, {}),
     "PPO+known_answer progress observed": ("PPO+known_answer", (),
-                                           (("observe_progress", True),), 10),
+                                           (("observe_progress", True),), 10, {}),
+    "PPO+GAE lambda 1": ("PPO+GAE", (), (), 100, {"lambda_": 1.0}),
 }
 NUM_ENVS, GROUP_SIZE = 64, 8
 SOLUTION, FATAL, INSTANCES = 5, 1, 16
@@ -99,7 +102,7 @@ def env_options(horizon: int) -> tuple:
 
 
 def case(horizon: int, learner: str, updates: int) -> X.Case:
-    base, options, extra_env, _ = ABLATIONS.get(learner, (learner, (), (), None))
+    base, options, extra_env, _, hparams = ABLATIONS.get(learner, (learner, (), (), None, {}))
     config = TrainConfig(
         **learner_fields(base, estimator_options=options), env="CommandChain",
         env_options=env_options(horizon) + extra_env,
@@ -107,7 +110,7 @@ def case(horizon: int, learner: str, updates: int) -> X.Case:
         total_timesteps=NUM_ENVS * horizon * updates, anneal_lr=False, eval_every=0)
     slug = learner.replace("+", "_").replace(".", "").replace(" ", "_")
     return X.Case(name=f"H{horizon}/{slug}",
-                  config=config, settings=(HPARAMS,),
+                  config=config, settings=({**HPARAMS, **hparams},),
                   labels={"horizon": horizon, "learner": learner})
 
 
