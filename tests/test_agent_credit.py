@@ -260,6 +260,9 @@ def test_episodic_credit_config_errors():
         make_engine(_config(group_size=1))
     with pytest.raises(ValueError, match="does not divide"):
         make_engine(_config(group_size=3))
+    with pytest.raises(ValueError, match="group_size must be 1"):
+        TrainConfig(algo="dqn", estimator="q_learning", env="CommandChain", group_size=4,
+                    num_envs=8, num_steps=1, total_timesteps=1000).resolved()
     with pytest.raises(ValueError, match="task instances to share"):
         make_engine(_config(env="CartPole-v1", estimator="gae", num_steps=500,
                             total_timesteps=8 * 500, env_options=()))

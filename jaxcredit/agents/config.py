@@ -197,6 +197,10 @@ class TrainConfig:
             if self.objective is not None:
                 raise ValueError(f"--algo {self.algo} regresses Q on its target; it takes no "
                                  f"--objective (got {self.objective!r})")
+            if self.group_size > 1:
+                raise ValueError(f"--algo {self.algo} learns from replayed transitions, not from "
+                                 f"groups of episodes; group_size must be 1, got "
+                                 f"{self.group_size}")
             if self.redistribute:
                 raise ValueError(f"--algo {self.algo} has no redistribute stage yet (rewards are "
                                  "relabelled at sample time only)")
