@@ -164,7 +164,7 @@ class CommandChain(environment.Environment[CommandChainState, CommandChainParams
     def step_env(self, key, state: CommandChainState, action, params: CommandChainParams):
         del key
         action = jnp.asarray(action, jnp.int32)
-        extras = self.step_extras(state, action, params)
+        # The step labels are not computed here: the engine asks step_extras when it records.
         state = CommandChainState(
             instance=state.instance,
             done_steps=state.done_steps | self._completes(state, action),
@@ -172,8 +172,7 @@ class CommandChain(environment.Environment[CommandChainState, CommandChainParams
             time=state.time + 1)
         done = self.is_terminated(state, params)
         reward = jnp.where(done, self.passed(state), 0.0).astype(jnp.float32)
-        info = {"label": extras["label"]}
-        return self.get_obs(state), state, reward, done, info
+        return self.get_obs(state), state, reward, done, {}
 
     def passed(self, state: CommandChainState) -> Array:
         """The outcome bit of a finished episode."""
