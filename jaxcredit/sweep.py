@@ -13,12 +13,12 @@ communicate, so no collectives are compiled; each device runs P / D members.
 P must be divisible by the number of devices D. ``pad=True`` instead pads the population with
 copies of its last member and drops their results (the copies cost compute, nothing else).
 
-Multi-host (not tested here): call ``jax.distributed.initialize()`` (arguments from the cluster
-environment: coordinator address, number of processes, process id) in every process *before* any
-other JAX call; ``jax.devices()`` then lists the devices of all hosts and the same mesh spans them.
-Every process runs the same program on the same population; each holds the shards of its local
-devices, and ``jax.experimental.multihost_utils.process_allgather`` gathers metrics on the host
-that writes them (see docs/engine.md).
+Several processes (one per host or per GPU): ``jaxcredit.distributed.initialize`` in every
+process *before* any other JAX call; ``jax.devices()`` then lists the devices of all processes and
+the same mesh spans them. Every process builds the same population and runs the same program;
+each holds the members of its own devices (:func:`shard` builds them from its full copy), and
+``jax.experimental.multihost_utils.process_allgather`` gathers the metrics on the process that
+writes them (docs/scaling.md; tests/test_distributed.py runs 2 processes × 2 CPU devices).
 """
 
 from __future__ import annotations
@@ -162,9 +162,31 @@ def pad_leading(tree: Any, multiple: int) -> tuple[Any, int]:
 
 
 def shard(tree: Any, mesh: Mesh) -> Any:
-    """Places a population pytree on the mesh, split along its leading axis."""
+    """Places a population pytree on the mesh, split along its leading axis.
+
+    Every process passes the whole population (it is built the same way everywhere). On a mesh
+    that spans processes each one keeps only the members of its own devices
+    (:func:`place_global`); on a single process this is ``jax.device_put``.
+    """
     check_divisible(jax.tree.leaves(tree)[0].shape[0], mesh)
-    return jax.device_put(tree, member_sharding(mesh))
+    sharding = member_sharding(mesh)
+    if sharding.is_fully_addressable:
+        return jax.device_put(tree, sharding)
+    return jax.tree.map(lambda x: place_global(x, sharding), tree)
+
+
+def place_global(value: Any, sharding: NamedSharding) -> jax.Array:
+    """A global array from a value every process holds in full, for a sharding that spans
+    processes (``jax.device_put`` only places onto devices of its own process).
+
+    Each process builds the shards of its addressable devices from its copy. Typed PRNG keys go
+    as their raw key data and are wrapped again afterwards.
+    """
+    if jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key):
+        data = place_global(jax.random.key_data(value), sharding)
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(value))
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 @functools.lru_cache(maxsize=32)
