@@ -7,6 +7,7 @@
         --env DelayedEffect --env-option n=10 --gamma 1 --out runs/h
     jaxcredit sweep --grid lr=1e-3,3e-4 lambda=0.9,0.95 --num-seeds 8 --out runs/grid
     jaxcredit sweep --random lr=1e-5:1e-2:log ent-coef=0:0.05 --num-samples 16 --out runs/rs
+    srun jaxcredit sweep --distributed --grid lr=1e-3,3e-4 --out runs/c  # docs/scaling.md
     jaxcredit plot runs/x runs/grid [--metric eval/return] [--out overlay.png]
     jaxcredit list envs|estimators|objectives|relabellers|redistributors|algos
     jaxcredit run                  # the credit-assignment showcase (under 3 minutes on 2 cores)
@@ -103,6 +104,21 @@ class RunOptions:
     """hang watchdog: seconds a chunk may always take"""
     max_restarts: int = 0
     """resume a run that the watchdog ended, up to this many times"""
+    metrics_csv: bool = True
+    """also export the metrics as metrics.csv when the command ends (the Parquet files in
+    metrics/ are the record; --no-metrics-csv saves time and disk on large sweeps)"""
+    coordinator: Optional[str] = None
+    """multi-process run: HOST:PORT of process 0's coordinator, the same in every process (with
+    --num-processes and --process-id; docs/scaling.md)"""
+    num_processes: Optional[int] = None
+    """multi-process run: how many processes share the sweep"""
+    process_id: Optional[int] = None
+    """multi-process run: this process's index, 0 to --num-processes - 1"""
+    local_device_ids: Optional[tuple[int, ...]] = None
+    """multi-process run: the local devices this process uses (default: all it sees)"""
+    distributed: bool = False
+    """multi-process run with the process layout read from the cluster environment (SLURM, Open
+    MPI) instead of --coordinator, --num-processes and --process-id"""
 
 
 @dataclasses.dataclass
@@ -283,13 +299,13 @@ def _default_out(config: TrainConfig) -> str:
 
 
 def cmd_train(args, settings=None, swept=()) -> dict:
-    from jaxcredit.agents.host_loop import RunSpec, run_experiment
-
     if args.watchdog_multiple < 0 or args.watchdog_floor < 0 or args.max_restarts < 0:
         raise UsageError("--watchdog-multiple, --watchdog-floor and --max-restarts must be >= 0")
+    multiprocess = check_multiprocess_flags(args)
     if args.max_restarts > 0:
         return _supervise(args)
-    watch = dict(watchdog_multiple=args.watchdog_multiple, watchdog_floor=args.watchdog_floor)
+    watch = dict(watchdog_multiple=args.watchdog_multiple, watchdog_floor=args.watchdog_floor,
+                 csv=args.metrics_csv)
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
@@ -297,24 +313,67 @@ def cmd_train(args, settings=None, swept=()) -> dict:
         if changed:
             raise UsageError(f"--resume continues the saved run as it was configured; it takes no "
                              f"config flags (got {', '.join(changed)})")
+        run_experiment = _host_loop(args, multiprocess).run_experiment
         return _report(run_experiment(None, None, args.out, resume=True, progress=args.progress,
                                       max_chunks=args.stop_after_chunks, loggers=flat(args.logger),
                                       **watch))
     config = build_config(args)
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
-    spec = RunSpec(settings=tuple(settings or [base_hparams(args)]), num_seeds=args.num_seeds,
-                   seed=args.seed, num_chunks=args.num_chunks, swept=tuple(swept))
-    summary = _report(run_experiment(config, spec, args.out or _default_out(config),
-                                     force=args.force, progress=args.progress,
-                                     max_chunks=args.stop_after_chunks, loggers=flat(args.logger),
-                                     **watch))
+    host_loop = _host_loop(args, multiprocess)
+    spec = host_loop.RunSpec(settings=tuple(settings or [base_hparams(args)]),
+                             num_seeds=args.num_seeds, seed=args.seed,
+                             num_chunks=args.num_chunks, swept=tuple(swept))
+    summary = _report(host_loop.run_experiment(config, spec, args.out or _default_out(config),
+                                               force=args.force, progress=args.progress,
+                                               max_chunks=args.stop_after_chunks,
+                                               loggers=flat(args.logger), **watch))
     steps = config.num_updates * config.steps_per_update
     if steps != config.total_timesteps:  # whole updates only: say so rather than round silently
         print(f"note: --total-timesteps {config.total_timesteps:g} ran as {config.num_updates} "
               f"updates × {config.steps_per_update} env steps = {steps} steps per seed",
               file=sys.stderr)
     return summary
+
+
+def check_multiprocess_flags(args) -> bool:
+    """Whether the command is one process of a multi-process run; raises UsageError on flags
+    that cannot work there.
+
+    Every process must name the same run directory, so a multi-process run needs ``--out`` (the
+    default name holds the start time, which differs between processes). ``--max-restarts``
+    restarts one process, which cannot rejoin the others.
+    """
+    explicit = (args.coordinator, args.num_processes, args.process_id)
+    if not args.distributed and all(value is None for value in explicit):
+        if args.local_device_ids is not None:
+            raise UsageError("--local-device-ids is for a multi-process run (with --coordinator "
+                             "or --distributed)")
+        return False
+    if not args.out:
+        raise UsageError("a multi-process run needs --out (the same run directory in every "
+                         "process)")
+    if args.max_restarts > 0:
+        raise UsageError("--max-restarts restarts one process, which cannot rejoin a "
+                         "multi-process run; restart every process with --resume instead")
+    from jaxcredit import distributed  # noqa: PLC0415
+
+    distributed.check_arguments(args.coordinator, args.num_processes, args.process_id,
+                                auto=args.distributed)
+    return True
+
+
+def _host_loop(args, multiprocess: bool):
+    """The host loop module, imported only after JAX's distributed runtime has started (in a
+    multi-process run): importing the engine starts JAX's backends (``jaxcredit.agents``)."""
+    if multiprocess:
+        from jaxcredit import distributed  # noqa: PLC0415
+
+        distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                               args.local_device_ids, auto=args.distributed)
+    from jaxcredit.agents import host_loop  # noqa: PLC0415
+
+    return host_loop
 
 
 def _supervise(args) -> int:
@@ -328,7 +387,8 @@ def _supervise(args) -> int:
     child = [*_ARGV, "--max-restarts", "0"] + ([] if args.out else ["--out", str(out)])
     resume = ["train", "--out", str(out), "--resume", "--max-restarts", "0",
               "--watchdog-multiple", repr(args.watchdog_multiple),
-              "--watchdog-floor", repr(args.watchdog_floor)]
+              "--watchdog-floor", repr(args.watchdog_floor)] + (
+                  [] if args.metrics_csv else ["--no-metrics-csv"])
     for attempt in range(args.max_restarts + 1):
         code = subprocess.call([sys.executable, "-c", "from jaxcredit.cli import main; main()",
                                 *child])
@@ -352,6 +412,11 @@ def _changed_config_flags(args) -> list[str]:
 
 
 def _report(summary: dict) -> dict:
+    """Prints the run's summary (in a multi-process run, from process 0 only)."""
+    import jax  # noqa: PLC0415 (loaded by the run already)
+
+    if jax.process_index() != 0:
+        return summary
     state = "finished" if summary["finished"] else f"stopped at update {summary['updates']}"
     print(f"{summary['out']}: {state}, {summary['members']} runs, "
           f"final mean {summary['metric']} {summary['final_return']:.4g}")

@@ -55,7 +55,7 @@ def is_complete(run_dir: pathlib.Path) -> bool:
     """The run directory holds a finished run."""
     try:
         saved = runlog.read_json(run_dir / "config.json")
-        rows = runlog.read_metrics(run_dir / "metrics.csv")
+        rows = runlog.read_metrics(run_dir)
     except ValueError:
         return False
     return bool(rows) and int(rows["update"].max()) == int(saved["num_updates"])
@@ -105,7 +105,7 @@ def curves(run_dir: pathlib.Path, metric: str, setting: int = 0
            ) -> tuple[np.ndarray, np.ndarray]:
     """``(env_steps [K], values [S, K])`` of ``metric`` at the updates where it was measured
     (evaluation points for ``eval/*``), for one hyper-parameter setting."""
-    columns = runlog.read_metrics(pathlib.Path(run_dir) / "metrics.csv")
+    columns = runlog.read_metrics(pathlib.Path(run_dir))
     if metric not in columns:
         raise ValueError(f"{run_dir}: no metric {metric!r}")
     rows = columns["hparam_index"] == setting

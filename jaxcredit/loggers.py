@@ -1,6 +1,6 @@
 """Optional per-seed loggers: TensorBoard and Weights & Biases, fed by the host loop.
 
-The run directory's ``metrics.csv`` is the record of a run; these loggers only mirror it, one
+The run directory's metrics (``runlog``) are the record of a run; these loggers only mirror it, one
 logged run per population member (setting × seed), after each compiled chunk. They are off by
 default and need the ``loggers`` extra (``pip install 'jaxcredit[loggers]'``): tensorboardX and
 wandb are imported only when asked for. NaN values (no episode ended, no evaluation at that

@@ -50,7 +50,7 @@ def smooth(x: np.ndarray, window: int) -> np.ndarray:
 def curves_by_setting(columns: dict, metric: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``{hparam_index: (env_steps [U], values [S, U])}`` from ``read_metrics`` columns."""
     if metric not in columns:
-        raise ValueError(f"metric {metric!r} not in metrics.csv; have "
+        raise ValueError(f"metric {metric!r} not in the run's metrics; have "
                          f"{sorted(k for k in columns if k not in runlog.KEY_COLUMNS)}")
     out = {}
     for h in np.unique(columns["hparam_index"]):
@@ -87,13 +87,13 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Pa
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for run_dir in run_dirs:
         run_dir = pathlib.Path(run_dir)
-        if not (run_dir / "metrics.csv").exists():
-            raise ValueError(f"{run_dir} is not a run directory (no metrics.csv)")
+        if not runlog.has_metrics(run_dir):
+            raise ValueError(f"{run_dir} is not a run directory (no metrics)")
         config = runlog.read_json(run_dir / "config.json") if (run_dir / "config.json").exists() \
             else {}
-        columns = runlog.read_metrics(run_dir / "metrics.csv")
+        columns = runlog.read_metrics(run_dir)
         if not columns:
-            raise ValueError(f"{run_dir / 'metrics.csv'} has no rows yet")
+            raise ValueError(f"{run_dir} has no metric rows yet")
         if metric is None:
             metric = "eval/return" if "eval/return" in columns else "episode_return"
         per_setting = curves_by_setting(columns, metric)

@@ -1,9 +1,15 @@
-"""A run directory on disk: ``config.json`` and a tidy ``metrics.csv``.
+"""A run directory on disk: ``config.json`` and the per-update metrics, columnar.
 
-``metrics.csv`` has one row per (member, update): ``hparam_index, seed, update, env_steps`` and
-one column per metric. Floats are written with ``repr`` of the float32 value, which round-trips
-exactly, so two runs can be compared bit for bit from their files. Missing values (no episode
-ended in an update) are written as ``nan``.
+The metrics are the record of a run: one row per (member, update) with the key columns
+``hparam_index, seed, update, env_steps`` and one column per metric, stored as one Parquet file per
+compiled chunk under ``<out>/metrics/`` (``updates-<first>-<last>.parquet``, zstd-compressed,
+values in their own dtype: float32 metrics stay float32, so two runs compare bit for bit). A chunk's
+file is written to a temporary name and renamed, so a process killed mid-write leaves either the
+whole chunk or nothing; on resume, chunk files past the last checkpoint are removed.
+
+``metrics.csv`` is an export of the same rows (``export_csv``; the host loop writes it at the end of
+each call unless told not to): convenient for small runs, 5-10x the Parquet size for large sweeps.
+Missing values (no episode ended in an update) are NaN in both.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 KEY_COLUMNS = ("hparam_index", "seed", "update", "env_steps")
+METRICS_DIR = "metrics"
+CSV_EXPORT = "metrics.csv"
+
 _VERSIONED = ("jaxcredit", "jax", "jaxlib", "flax", "optax", "chex", "gymnax", "rlax",
               "orbax-checkpoint", "tyro", "numpy")
 
@@ -56,75 +65,152 @@ def read_json(path: pathlib.Path) -> dict:
 
 
 class MetricsWriter:
-    """Appends per-update metric rows of a population to ``metrics.csv``.
+    """Writes a population's per-update metrics into ``<run_dir>/metrics/``, one file per chunk.
 
     Args:
-      path: the CSV file (created with a header if missing).
-      metric_names: metric columns, in order.
+      run_dir: the run directory.
+      metric_names: metric columns, in order (checked against chunks already written).
     """
 
-    def __init__(self, path: pathlib.Path, metric_names: Sequence[str]):
-        self.path = pathlib.Path(path)
+    def __init__(self, run_dir: pathlib.Path, metric_names: Sequence[str]):
+        import pyarrow.parquet as pq  # noqa: PLC0415 (kept out of ``import jaxcredit``)
+
+        self.folder = pathlib.Path(run_dir) / METRICS_DIR
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.columns = list(KEY_COLUMNS) + list(metric_names)
-        if not self.path.exists():
-            with self.path.open("w", newline="") as f:
-                csv.writer(f).writerow(self.columns)
-        else:
-            with self.path.open(newline="") as f:
-                header = next(csv.reader(f), None)
+        written = chunk_files(self.folder)
+        if written:
+            header = pq.read_schema(written[0]).names
             if header != self.columns:
-                raise ValueError(f"{self.path} has columns {header}, expected {self.columns}")
+                raise ValueError(f"{self.folder} has columns {header}, expected {self.columns}")
 
     def append(self, metrics: Mapping[str, np.ndarray], hparam_index: np.ndarray,
                seed_index: np.ndarray, first_update: int, steps_per_update: int) -> None:
-        """Appends ``[P, U]`` metrics for updates ``first_update + 1 .. first_update + U``."""
+        """Writes ``[P, U]`` metrics for updates ``first_update + 1 .. first_update + U``.
+
+        Rows are member-major (every update of member 0, then member 1, ...), as in the CSV.
+        """
+        import pyarrow as pa  # noqa: PLC0415
+        import pyarrow.parquet as pq  # noqa: PLC0415
+
         names = self.columns[len(KEY_COLUMNS):]
         arrays = [np.asarray(metrics[k]) for k in names]
         members, updates = arrays[0].shape
-        with self.path.open("a", newline="") as f:
-            writer = csv.writer(f)
-            for p in range(members):
-                for u in range(updates):
-                    update = first_update + u + 1
-                    writer.writerow(
-                        [int(hparam_index[p]), int(seed_index[p]), update,
-                         update * steps_per_update] + [_fmt(a[p, u]) for a in arrays])
+        update = first_update + 1 + np.arange(updates, dtype=np.int64)
+        table = pa.table({
+            "hparam_index": np.repeat(np.asarray(hparam_index, np.int32), updates),
+            "seed": np.repeat(np.asarray(seed_index, np.int32), updates),
+            "update": np.tile(update, members),
+            "env_steps": np.tile(update * steps_per_update, members),
+            **{k: (a.astype(np.int8) if a.dtype == bool else a).reshape(-1)
+               for k, a in zip(names, arrays)},
+        })
+        path = self.folder / f"updates-{first_update + 1:09d}-{first_update + updates:09d}.parquet"
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)  # atomic: a killed write leaves no partial chunk
 
     def truncate(self, last_update: int) -> None:
-        """Drops rows after ``last_update`` (written after the last checkpoint of a killed run)."""
-        rows = read_rows(self.path)
-        # A process killed while appending leaves a partial last row: drop incomplete rows.
-        keep = [r for r in rows if all(r.get(c) not in (None, "") for c in self.columns)
-                and int(r["update"]) <= last_update]
-        tmp = self.path.with_suffix(".csv.tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, self.columns)
-            writer.writeheader()
-            writer.writerows(keep)
-        tmp.replace(self.path)
+        """Drops chunks after ``last_update`` (written after the last checkpoint of a killed run)
+        and any half-written temporary file."""
+        for tmp in self.folder.glob("*.tmp"):
+            tmp.unlink()
+        for path in chunk_files(self.folder):
+            if _chunk_range(path)[1] > last_update:
+                path.unlink()
 
 
-def _fmt(x: Any) -> str:
-    if np.issubdtype(np.asarray(x).dtype, np.integer) or np.asarray(x).dtype == bool:
-        return str(int(x))
-    return repr(float(x))
+def chunk_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The chunk files of a metrics folder, in update order."""
+    return sorted(pathlib.Path(folder).glob("updates-*.parquet"))
+
+
+def _chunk_range(path: pathlib.Path) -> tuple[int, int]:
+    first, last = path.stem.split("-")[1:3]
+    return int(first), int(last)
+
+
+def _metrics_folder(run: pathlib.Path) -> pathlib.Path | None:
+    """The Parquet folder of a run, given the run directory or its ``metrics.csv`` path."""
+    run = pathlib.Path(run)
+    base = run.parent if run.suffix == ".csv" else run
+    folder = base / METRICS_DIR
+    return folder if folder.is_dir() else None
+
+
+def read_table(run: pathlib.Path):
+    """All metric rows of a run as one ``pyarrow.Table`` (chunks in update order)."""
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    folder = _metrics_folder(run)
+    if folder is None:
+        raise ValueError(f"{run} holds no metrics (no {METRICS_DIR}/ folder)")
+    files = chunk_files(folder)
+    if not files:
+        return None
+    try:
+        return pa.concat_tables([pq.read_table(f) for f in files])
+    except (OSError, pa.ArrowException) as err:
+        raise ValueError(f"cannot read the metrics in {folder}: {err}") from None
+
+
+def export_csv(run: pathlib.Path, path: pathlib.Path | None = None) -> pathlib.Path | None:
+    """Writes the run's metrics as CSV (default ``<run>/metrics.csv``); None if it has no rows.
+
+    Written to a temporary name and renamed, like every file of a run.
+    """
+    import pyarrow.csv as pcsv  # noqa: PLC0415
+
+    table = read_table(run)
+    path = pathlib.Path(run) / CSV_EXPORT if path is None else pathlib.Path(path)
+    if table is None:
+        return None
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:  # an unquoted header, as csv.writer writes it
+        csv.writer(f).writerow(table.column_names)
+    with tmp.open("ab") as f:
+        pcsv.write_csv(table, f, pcsv.WriteOptions(include_header=False,
+                                                   quoting_style="needed"))
+    os.replace(tmp, path)
+    return path
 
 
 def read_rows(path: pathlib.Path) -> list[dict]:
+    """The rows of a CSV file (an export, or a run written before the columnar format)."""
     with pathlib.Path(path).open(newline="") as f:
         return list(csv.DictReader(f))
 
 
-def read_metrics(path: pathlib.Path) -> dict[str, np.ndarray]:
-    """Reads ``metrics.csv`` into columns (ints for key columns, float64 otherwise)."""
+def read_metrics(run: pathlib.Path) -> dict[str, np.ndarray]:
+    """A run's metrics as columns (int64 key columns, float64 metrics).
+
+    ``run`` is the run directory (or its ``metrics.csv`` path); the Parquet chunks are read when
+    present, else the CSV (runs written before the columnar format).
+    """
+    run = pathlib.Path(run)
+    if _metrics_folder(run) is not None:
+        table = read_table(run)
+        if table is None:
+            return {}
+        return {k: np.asarray(table.column(k).to_numpy(),
+                              np.int64 if k in KEY_COLUMNS else np.float64)
+                for k in table.column_names}
+    csv_path = run if run.suffix == ".csv" else run / CSV_EXPORT
     try:
-        rows = read_rows(path)
+        rows = read_rows(csv_path)
     except OSError as err:
-        raise ValueError(f"cannot read {path}: {err}") from None
+        raise ValueError(f"cannot read {csv_path}: {err}") from None
     if not rows:
         return {}
     return {k: np.asarray([r[k] for r in rows], np.int64 if k in KEY_COLUMNS else np.float64)
             for k in rows[0]}
+
+
+def has_metrics(run: pathlib.Path) -> bool:
+    """Whether ``run`` is a run directory with metrics (either format)."""
+    run = pathlib.Path(run)
+    return _metrics_folder(run) is not None or (run / CSV_EXPORT).exists()
 
 
 LOCK_FILE = ".writer.lock"

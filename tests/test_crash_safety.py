@@ -81,8 +81,8 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, monke
     def append_then_fill_the_disk(self, metrics, hparam_index, seed_index, first, steps):
         if first < 2:  # chunks 1 and 2 are written whole
             return real_append(self, metrics, hparam_index, seed_index, first, steps)
-        with self.path.open("a") as f:
-            f.write("0,0,3,")  # a partial row, as a write cut by ENOSPC leaves
+        # A chunk file cut short by ENOSPC (it never gets its final name).
+        (self.folder / "updates-000000003-000000003.parquet.tmp").write_bytes(b"PAR1\0")
         raise full
 
     def save_fails_at_update_4(self, step, state, record):

@@ -44,13 +44,15 @@ def test_run_directory_outputs(full_run):
     assert config["num_seeds"] == 2 and len(config["settings"]) == 2
     assert config["settings"][1]["lr"] == pytest.approx(3e-3)
     assert {"jax", "flax", "optax", "gymnax", "orbax-checkpoint"} <= set(config["versions"])
-    columns = runlog.read_metrics(out / "metrics.csv")
+    columns = runlog.read_metrics(out)
     assert list(columns)[:4] == ["hparam_index", "seed", "update", "env_steps"]
     assert {"episode_return", "loss", "entropy", "explained_variance"} <= set(columns)
     assert len(columns["update"]) == 4 * 7
     np.testing.assert_array_equal(np.unique(columns["update"]), np.arange(1, 8))
     np.testing.assert_array_equal(columns["env_steps"], columns["update"] * 64)
     assert (out / "curves.png").stat().st_size > 1000
+    for name, column in runlog.read_metrics(out / "metrics.csv").items():  # the CSV export
+        np.testing.assert_array_equal(np.float32(column), np.float32(columns[name]))
     assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.isdigit()) \
         == ["6", "7"]
 
@@ -60,15 +62,21 @@ def test_resume_reproduces_uninterrupted_run_bitwise(full_run, tmp_path):
     part = tmp_path / "part"
     first = run_experiment(CONFIG, SPEC, part, progress=False, max_chunks=1, plot=False)
     assert not first["finished"] and first["updates"] == 3
-    # A run killed after writing metrics but before its checkpoint leaves extra rows behind.
-    with (part / "metrics.csv").open("a") as f:
-        f.write("0,0,4,256" + ",0.5" * (len(runlog.read_rows(part / "metrics.csv")[0]) - 4) + "\n")
+    # A run killed after writing a chunk's metrics but before its checkpoint leaves the chunk
+    # behind, and one killed inside a write leaves a temporary file.
+    chunks = runlog.chunk_files(part / "metrics")
+    assert [c.name for c in chunks] == ["updates-000000001-000000003.parquet"]
+    (part / "metrics" / "updates-000000004-000000006.parquet").write_bytes(chunks[0].read_bytes())
+    (part / "metrics" / "updates-000000007-000000009.parquet.tmp").write_bytes(b"PAR1")
     second = run_experiment(None, None, part, resume=True, progress=False, max_chunks=1,
                             plot=False)
     assert second["updates"] == 6
     third = run_experiment(None, None, part, resume=True, progress=False)
     assert third["finished"]
     assert (part / "metrics.csv").read_bytes() == (out / "metrics.csv").read_bytes()
+    assert not list((part / "metrics").glob("*.tmp"))
+    for name, column in runlog.read_metrics(out).items():
+        np.testing.assert_array_equal(runlog.read_metrics(part)[name], column)
 
 
 def test_same_seed_same_result_other_seed_differs(full_run, tmp_path):
@@ -138,3 +146,36 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_whole_checkpoint(tmp_pat
     restored, record = checkpointer.restore({"w": jnp.zeros(4)})
     assert record == {"update": 3} and float(restored["w"][3]) == 3.0
     checkpointer.close()
+
+
+def test_metrics_are_parquet_chunks_with_a_csv_export(tmp_path):
+    """Two members × two updates by hand: the key columns, float32 values kept exactly, rows
+    member-major, the CSV export, resume truncation, and a schema mismatch refused."""
+    writer = runlog.MetricsWriter(tmp_path, ["loss", "solved"])
+    metrics = {"loss": np.array([[0.1, 0.2], [1 / 3, np.nan]], np.float32),
+               "solved": np.array([[True, False], [False, True]])}
+    writer.append(metrics, np.array([0, 1]), np.array([5, 5]), first_update=2,
+                  steps_per_update=10)
+    columns = runlog.read_metrics(tmp_path)
+    np.testing.assert_array_equal(columns["hparam_index"], [0, 0, 1, 1])
+    np.testing.assert_array_equal(columns["seed"], [5, 5, 5, 5])
+    np.testing.assert_array_equal(columns["update"], [3, 4, 3, 4])
+    np.testing.assert_array_equal(columns["env_steps"], [30, 40, 30, 40])
+    np.testing.assert_array_equal(columns["loss"], np.float32([0.1, 0.2, 1 / 3, np.nan]))
+    np.testing.assert_array_equal(columns["solved"], [1, 0, 0, 1])
+    runlog.export_csv(tmp_path)
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == [
+        "hparam_index,seed,update,env_steps,loss,solved",
+        "0,5,3,30,0.1,1", "0,5,4,40,0.2,0", "1,5,3,30,0.33333334,0", "1,5,4,40,nan,1"]
+    csv_columns = runlog.read_metrics(tmp_path / "metrics.csv")  # the folder wins over the CSV
+    (tmp_path / "metrics" / "updates-000000003-000000004.parquet").rename(tmp_path / "kept")
+    (tmp_path / "metrics").rmdir()
+    np.testing.assert_array_equal(np.float32(runlog.read_metrics(tmp_path)["loss"]),
+                                  np.float32(csv_columns["loss"]))  # the CSV: float32 exact
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "kept").rename(tmp_path / "metrics" / "updates-000000003-000000004.parquet")
+    writer.truncate(2)
+    assert runlog.read_metrics(tmp_path) == {}
+    writer.append(metrics, np.array([0, 1]), np.array([5, 5]), 0, 10)
+    with pytest.raises(ValueError, match="has columns"):
+        runlog.MetricsWriter(tmp_path, ["loss"])

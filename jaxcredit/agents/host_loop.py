@@ -4,7 +4,7 @@
 updates, split into chunks of ``ceil(U / num_chunks)`` updates (at most two chunk lengths, so at
 most two compiles). After each chunk, on the host:
 
-1. the chunk's per-update metrics are appended to ``metrics.csv``;
+1. the chunk's per-update metrics are written to ``metrics/`` (one Parquet file per chunk);
 2. the whole population train state is checkpointed with orbax (params, optimiser state,
    environments, RNG keys, update counters);
 3. the progress bar shows env steps, steps per second and the mean episode return.
@@ -17,7 +17,8 @@ Rows that a killed run wrote after its last checkpoint are dropped on resume bef
 Run directory layout::
 
     <out>/config.json     resolved config, settings, seeds, package versions
-    <out>/metrics.csv     tidy per-update metrics (runlog)
+    <out>/metrics/        tidy per-update metrics, one Parquet file per chunk (runlog)
+    <out>/metrics.csv     the same rows as CSV, exported at the end of each call
     <out>/curves.png      mean ± 95% CI of the episode return per setting (plotting)
     <out>/checkpoints/    orbax checkpoints, the last two chunks
 """
@@ -39,7 +40,7 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from jaxcredit import loggers as jaxlog
-from jaxcredit import plotting, runlog, stats, sweep
+from jaxcredit import distributed, plotting, runlog, stats, sweep
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.checkpoint import Checkpointer
@@ -163,8 +164,8 @@ def prepare_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
 
 def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, *,
                    resume: bool = False, force: bool = False, progress: bool = True,
-                   max_chunks: int | None = None, plot: bool = True, mesh: Any = None,
-                   env: Any = None, env_params: Any = None, loggers: tuple = (),
+                   max_chunks: int | None = None, plot: bool = True, csv: bool = True,
+                   mesh: Any = None, env: Any = None, env_params: Any = None, loggers: tuple = (),
                    watchdog_multiple: float = 0.0, watchdog_floor: float = 600.0) -> dict:
     """Trains (or resumes) a run into ``out`` and returns a small summary dict.
 
@@ -176,6 +177,8 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
       progress: show a tqdm bar.
       max_chunks: stop after this many chunks in this call (to split a run across calls).
       plot: write ``curves.png`` at the end.
+      csv: export the metrics to ``metrics.csv`` at the end (the Parquet chunks in
+        ``metrics/`` are the record either way; large sweeps may skip the export).
       mesh: device mesh for the population axis (default: all devices).
       env, env_params: an environment instance instead of ``config.env``.
       loggers: extra per-member loggers, ``("tensorboard", "wandb")`` (``jaxcredit.loggers``).
@@ -197,16 +200,18 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     held: list = []  # the run directory's lock, released however this call ends
     try:
         return _run_experiment(config, spec, pathlib.Path(out), resume, force, progress,
-                               max_chunks, plot, mesh, env, env_params, loggers, held,
+                               max_chunks, (plot, csv), mesh, env, env_params, loggers, held,
                                (watchdog_multiple, watchdog_floor))
     finally:
         for lock in held:
             lock.close()
 
 
-def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, max_chunks, plot,
-                    mesh, env, env_params, loggers, held: list, watch: tuple) -> dict:
+def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, max_chunks,
+                    outputs: tuple, mesh, env, env_params, loggers, held: list,
+                    watch: tuple) -> dict:
     """:func:`run_experiment`'s body; locks it takes go into ``held``."""
+    plot, csv = outputs
     if resume:
         prepare_out_dir(out, resume=True, force=False)
         saved = runlog.read_json(out / "config.json")
@@ -222,30 +227,23 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     check_oracle_settings(engine, population.settings)
     mesh = sweep.sweep_mesh() if mesh is None else mesh
     sweep.check_divisible(population.size, mesh)
-    # Multi-host: every process runs this function; process 0 writes the files (docs/engine.md).
+    # Multi-process: every process runs this function on the same run; process 0 alone holds
+    # the lock and writes the files (docs/scaling.md).
     writes = jax.process_index() == 0
-    if writes and (resume or (force and out.exists())):
-        held.append(runlog.lock_run_dir(out))  # one writer per run directory
-    if not resume and writes:
-        prepare_out_dir(out, resume=False, force=force)
-        held.append(runlog.lock_run_dir(out))  # (the lock taken above moved aside with the run)
-        runlog.write_json(out / "config.json", {
-            "config": config.to_dict(), "settings": list(population.settings),
-            "num_seeds": spec.num_seeds, "seed": spec.seed, "num_chunks": spec.num_chunks,
-            "swept": list(spec.swept), "num_updates": config.num_updates,
-            "steps_per_update": config.steps_per_update,
-            "devices": [str(d) for d in mesh.devices.flat], "versions": runlog.package_versions(),
-        })
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices("jaxcredit:run-directory-ready")
+    distributed.check_same_everywhere(
+        repr((config.to_dict(), population.settings, spec, str(out), resume, force, max_chunks)),
+        "run (config, settings, seeds or --out)")
+    distributed.on_first_process(functools.partial(
+        _claim_run_dir, out, resume, force, held, config, population, spec, mesh))
+    progress = progress and writes  # one progress bar per run, not one per process
 
     hparams = sweep.shard(population.hparams, mesh)
     state = _init_fn(engine, mesh)(sweep.shard(population.keys, mesh))
     metric_names = sorted(jax.eval_shape(
         lambda s, h: engine.run(s, h, 1)[1],
-        jax.tree.map(lambda x: x[0], state), jax.tree.map(lambda x: x[0], hparams)))
+        jax.tree.map(_member_shape, state), jax.tree.map(_member_shape, hparams)))
     headline = headline_metric(metric_names)
-    writer = runlog.MetricsWriter(out / "metrics.csv", metric_names) if writes else None
+    writer = runlog.MetricsWriter(out, metric_names) if writes else None
     members = list(zip(population.hparam_index.tolist(), population.seed_index.tolist()))
     extra_loggers = (jaxlog.make_loggers(loggers, out, members, config.to_dict())
                      if writes and loggers else [])
@@ -256,6 +254,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
         done_updates = int(record["update"])
     if resume and writes:
         writer.truncate(done_updates)
+        (out / runlog.CSV_EXPORT).unlink(missing_ok=True)  # re-exported when this call ends
 
     lengths = chunk_lengths(config.num_updates, spec.num_chunks, config.eval_every)
     boundaries = np.cumsum([0] + lengths)
@@ -318,7 +317,9 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     finished = done_updates == config.num_updates
     ranking = []
     if done_updates > 0 and writes:
-        curves = plotting.curves_by_setting(runlog.read_metrics(out / "metrics.csv"), headline)
+        curves = plotting.curves_by_setting(runlog.read_metrics(out), headline)
+        if csv:
+            runlog.export_csv(out)
         last_return = float(np.nanmean([v[:, -1] for _, v in curves.values()]))
         ranking = setting_ranking(curves, population.settings, spec.swept, headline)
         if plot:
@@ -328,6 +329,30 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
             "compile_seconds": compile_seconds if todo else 0.0, "ranking": ranking,
             "program_seconds": program_seconds,
             "host_seconds": max(loop_seconds - program_seconds, 0.0)}
+
+
+def _claim_run_dir(out: pathlib.Path, resume: bool, force: bool, held: list, config, population,
+                   spec: RunSpec, mesh) -> None:
+    """Process 0's part of starting a run: the writer's lock, a fresh directory, config.json."""
+    if resume or (force and out.exists()):
+        held.append(runlog.lock_run_dir(out))  # one writer per run directory
+    if resume:
+        return
+    prepare_out_dir(out, resume=False, force=force)
+    held.append(runlog.lock_run_dir(out))  # (the lock taken above moved aside with the run)
+    runlog.write_json(out / "config.json", {
+        "config": config.to_dict(), "settings": list(population.settings),
+        "num_seeds": spec.num_seeds, "seed": spec.seed, "num_chunks": spec.num_chunks,
+        "swept": list(spec.swept), "num_updates": config.num_updates,
+        "steps_per_update": config.steps_per_update,
+        "devices": [str(d) for d in mesh.devices.flat], "versions": runlog.package_versions(),
+    })
+
+
+def _member_shape(x) -> jax.ShapeDtypeStruct:
+    """The shape of one member of a population leaf (no computation, so no cross-process
+    program for a global array)."""
+    return jax.ShapeDtypeStruct(x.shape[1:], x.dtype)
 
 
 def setting_ranking(curves: dict, settings, swept, metric: str) -> list[str]:

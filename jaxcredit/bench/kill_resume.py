@@ -44,8 +44,10 @@ def finished(run: pathlib.Path) -> bool:
     """Has the run in ``run`` written every update of every member?"""
     from jaxcredit import runlog  # noqa: PLC0415
 
+    if not (run / runlog.CSV_EXPORT).exists():  # exported last, after the final checkpoint
+        return False
     try:
-        rows = runlog.read_metrics(run / "metrics.csv")
+        rows = runlog.read_metrics(run)
     except (ValueError, FileNotFoundError):
         return False
     return len(rows["update"]) == UPDATES * MEMBERS and int(rows["update"].max()) == UPDATES
