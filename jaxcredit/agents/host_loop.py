@@ -254,7 +254,8 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
         done_updates = int(record["update"])
     if resume and writes:
         writer.truncate(done_updates)
-        (out / runlog.CSV_EXPORT).unlink(missing_ok=True)  # re-exported when this call ends
+        # An earlier export goes stale as soon as this call writes; re-exported at the end (csv).
+        (out / runlog.CSV_EXPORT).unlink(missing_ok=True)
 
     lengths = chunk_lengths(config.num_updates, spec.num_chunks, config.eval_every)
     boundaries = np.cumsum([0] + lengths)
