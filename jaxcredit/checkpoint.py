@@ -85,6 +85,21 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    def read_record(self, step: int) -> dict:
+        """The JSON record of checkpoint ``step`` alone (no arrays are read).
+
+        Raises:
+          ValueError: it cannot be read.
+        """
+        try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(
+                record=ocp.args.JsonRestore()))
+        except Exception as err:  # orbax raises many types; report one line
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"cannot read checkpoint {self.directory / str(step)}: {first[:300]}") from None
+        return dict(restored["record"])
+
     def restore(self, template: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restores ``(state, record)`` shaped and sharded like ``template``.
 

@@ -107,6 +107,12 @@ class RunOptions:
     metrics_csv: bool = True
     """also export the metrics as metrics.csv when the command ends (the Parquet files in
     metrics/ are the record; --no-metrics-csv saves time and disk on large sweeps)"""
+    memory_limit: str = "auto"
+    """memory per device a chunk may use: auto (the accelerator's limit, or 90 percent of the
+    free host memory shared by the CPU devices), a size such as 4G or 512M, or off; a sweep over
+    it runs each device's members in sequential groups, or is refused with what would fit"""
+    member_batch: Optional[int] = None
+    """members each device runs at once (default: all, or as many as fit in --memory-limit)"""
     coordinator: Optional[str] = None
     """multi-process run: HOST:PORT of process 0's coordinator, the same in every process (with
     --num-processes and --process-id; docs/scaling.md)"""
@@ -304,8 +310,15 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     multiprocess = check_multiprocess_flags(args)
     if args.max_restarts > 0:
         return _supervise(args)
+    if args.member_batch is not None and args.member_batch <= 0:
+        raise UsageError(f"--member-batch must be positive, got {args.member_batch}")
+    if args.memory_limit.lower() not in ("auto", "off"):
+        from jaxcredit.memory import parse_bytes  # noqa: PLC0415
+
+        parse_bytes(args.memory_limit)  # a one-line error before anything starts
     watch = dict(watchdog_multiple=args.watchdog_multiple, watchdog_floor=args.watchdog_floor,
-                 csv=args.metrics_csv)
+                 csv=args.metrics_csv, memory_limit=args.memory_limit,
+                 member_batch=args.member_batch)
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
@@ -387,8 +400,10 @@ def _supervise(args) -> int:
     child = [*_ARGV, "--max-restarts", "0"] + ([] if args.out else ["--out", str(out)])
     resume = ["train", "--out", str(out), "--resume", "--max-restarts", "0",
               "--watchdog-multiple", repr(args.watchdog_multiple),
-              "--watchdog-floor", repr(args.watchdog_floor)] + (
-                  [] if args.metrics_csv else ["--no-metrics-csv"])
+              "--watchdog-floor", repr(args.watchdog_floor),
+              "--memory-limit", args.memory_limit] + (
+                  [] if args.metrics_csv else ["--no-metrics-csv"]) + (
+                  [] if args.member_batch is None else ["--member-batch", str(args.member_batch)])
     for attempt in range(args.max_restarts + 1):
         code = subprocess.call([sys.executable, "-c", "from jaxcredit.cli import main; main()",
                                 *child])

@@ -190,18 +190,34 @@ def place_global(value: Any, sharding: NamedSharding) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=32)
-def population_jit(fn: Callable, mesh: Mesh, num_args: int = 1, donate: bool = False):
+def population_jit(fn: Callable, mesh: Mesh, num_args: int = 1, donate: bool = False,
+                   member_batch: int | None = None):
     """``jax.jit(jax.vmap(fn))`` with every argument and output split over ``mesh``.
 
-    Cached per (function, mesh), so repeated sweeps of one engine compile once per shape.
+    ``member_batch``: each device runs its members ``member_batch`` at a time, in sequence,
+    within the one program (``jax.lax.map`` with that batch size inside ``jax.shard_map``), so
+    its temporaries are those of ``member_batch`` members (``jaxcredit.memory``). None: all at
+    once.
+
+    Cached per (function, mesh, member batch), so repeated sweeps of one engine compile once per
+    shape.
     """
     sharding = member_sharding(mesh)
-    return jax.jit(jax.vmap(fn), in_shardings=(sharding,) * num_args, out_shardings=sharding,
+    if member_batch is None:
+        mapped = jax.vmap(fn)
+    else:
+        def run_in_groups(*members):
+            return jax.lax.map(lambda args: fn(*args), members, batch_size=member_batch)
+
+        # Members never communicate, so nothing needs shard_map's checks of varying values.
+        mapped = jax.shard_map(run_in_groups, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS),
+                               check_vma=False)
+    return jax.jit(mapped, in_shardings=(sharding,) * num_args, out_shardings=sharding,
                    donate_argnums=tuple(range(num_args)) if donate else ())
 
 
 def run_sweep(engine: Any, population: Population, mesh: Mesh | None = None,
-              pad: bool = False) -> tuple[Any, dict]:
+              pad: bool = False, member_batch: int | None = None) -> tuple[Any, dict]:
     """Trains every member in one sharded program: ``(final_states [P], metrics [P, U])``.
 
     Args:
@@ -209,13 +225,14 @@ def run_sweep(engine: Any, population: Population, mesh: Mesh | None = None,
       population: from ``make_population``.
       mesh: device mesh (default: all devices).
       pad: pad the population to a multiple of the device count instead of raising.
+      member_batch: members each device trains at once (default: all; see ``population_jit``).
     """
     mesh = sweep_mesh() if mesh is None else mesh
     inputs = (population.keys, population.hparams)
     size = population.size
     if pad:
         inputs, size = pad_leading(inputs, mesh.devices.size)
-    train = population_jit(engine.train, mesh, num_args=2)
+    train = population_jit(engine.train, mesh, num_args=2, member_batch=member_batch)
     states, metrics = train(*shard(inputs, mesh))
     if pad:
         states, metrics = jax.tree.map(lambda x: x[:size], (states, metrics))

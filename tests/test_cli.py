@@ -50,6 +50,10 @@ def run_cli(argv, capsys):
     (["train", "--algo", "dqn", "--epsilon-end", "2"], "epsilon_end must lie in [0, 1]"),
     (["train", "--out", "x", "--resume", "--total-timesteps", "1e6"],
      "it takes no config flags (got --total-timesteps)"),
+    (["train", "--memory-limit", "12Q"], "cannot read the memory size '12Q'"),
+    (["train", "--member-batch", "0"], "--member-batch must be positive"),
+    # A sweep too big for the memory limit is refused before the run directory exists.
+    (["train", *TINY, "--memory-limit", "1K"], "not even one member per device fits"),
     (["sweep", "--random", "lr=1e-2:1e-5:log"], "low 0.01 is above high 1e-05"),
     (["list", "colours"], "list what?"),
     (["sweep"], "a sweep needs --grid"),

@@ -21,6 +21,11 @@ Run directory layout::
     <out>/metrics.csv     the same rows as CSV, exported at the end of each call
     <out>/curves.png      mean ± 95% CI of the episode return per setting (plotting)
     <out>/checkpoints/    orbax checkpoints, the last two chunks
+
+Memory: before the first chunk the chunk program is compiled and its memory per device (XLA's
+analysis) compared with the device's limit; a program over it runs each device's members in
+sequential groups inside the same program, or the run is refused with what would fit
+(``jaxcredit.memory``, ``memory_limit`` / ``member_batch``).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from jaxcredit import loggers as jaxlog
-from jaxcredit import distributed, plotting, runlog, stats, sweep
+from jaxcredit import distributed, memory, plotting, runlog, stats, sweep
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.checkpoint import Checkpointer
@@ -79,22 +84,66 @@ def _init_fn(engine, mesh):
 
 
 @functools.lru_cache(maxsize=16)
-def _chunk_fn(engine, num_updates: int, mesh):
-    return sweep.population_jit(lambda s, h: engine.run(s, h, num_updates), mesh, num_args=2)
+def _chunk_fn(engine, num_updates: int, mesh, member_batch: int | None = None):
+    return sweep.population_jit(lambda s, h: engine.run(s, h, num_updates), mesh, num_args=2,
+                                member_batch=member_batch)
 
 
 _COMPILED: dict = {}
 
 
-def _compiled_chunk(engine, num_updates: int, mesh, state, hparams):
+def _compiled_chunk(engine, num_updates: int, mesh, state, hparams,
+                    member_batch: int | None = None):
     """The chunk program compiled ahead of time for these argument shapes (cached)."""
     shapes = jax.tree.map(lambda x: (x.shape, str(x.dtype)), (state, hparams))
-    key = (engine, num_updates, mesh, str(shapes))
+    key = (engine, num_updates, mesh, str(shapes), member_batch)
     if key not in _COMPILED:
         if len(_COMPILED) >= 16:  # long-lived processes (experiments) run many configs
             _COMPILED.clear()
-        _COMPILED[key] = _chunk_fn(engine, num_updates, mesh).lower(state, hparams).compile()
+        _COMPILED[key] = _chunk_fn(engine, num_updates, mesh, member_batch).lower(
+            state, hparams).compile()
     return _COMPILED[key]
+
+
+def memory_limit_bytes(memory_limit: str | int | None, mesh) -> int | None:
+    """The bytes per device a chunk program may use: ``"auto"`` (the device's limit,
+    ``jaxcredit.memory``), ``"off"``/None (no check) or a size (``"4G"``, bytes). Processes of a
+    multi-process run agree on the smallest, so that all compile the same program."""
+    if memory_limit is None or str(memory_limit).lower() == "off":
+        return None
+    if str(memory_limit).lower() == "auto":
+        limit = memory.device_limit(list(mesh.devices.flat))
+    else:
+        limit = memory.parse_bytes(memory_limit)
+    if jax.process_count() > 1:
+        every = multihost_utils.process_allgather(np.int64(-1 if limit is None else limit))
+        known = [int(v) for v in np.ravel(every) if v >= 0]
+        limit = min(known) if known else None
+    return limit
+
+
+def fit_chunk_programs(engine, lengths, mesh, state, hparams, limit, member_batch=None,
+                       recorded=None) -> tuple[dict, memory.Fitted]:
+    """Compiles a program per chunk length, all with the member batch that fits ``limit``
+    (fitted on the longest chunk). ``recorded`` is the batch of the run being resumed: kept when it
+    still fits, so that the resumed run computes what the uninterrupted one did."""
+    members = jax.tree.leaves(hparams)[0].shape[0] // mesh.devices.size
+    longest = max(lengths)
+
+    def compile_longest(batch):
+        return _compiled_chunk(engine, longest, mesh, state, hparams, batch)
+
+    fitted = None
+    if member_batch is None and recorded is not None:
+        try:
+            fitted = memory.fit_program(compile_longest, members, limit, recorded)
+        except ValueError:
+            fitted = None  # the saved batch no longer fits here: choose again
+    if fitted is None:
+        fitted = memory.fit_program(compile_longest, members, limit, member_batch)
+    programs = {n: _compiled_chunk(engine, n, mesh, state, hparams, fitted.member_batch)
+                for n in sorted(set(lengths))}
+    return programs, fitted
 
 
 def headline_metric(metric_names) -> str:
@@ -166,7 +215,9 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
                    resume: bool = False, force: bool = False, progress: bool = True,
                    max_chunks: int | None = None, plot: bool = True, csv: bool = True,
                    mesh: Any = None, env: Any = None, env_params: Any = None, loggers: tuple = (),
-                   watchdog_multiple: float = 0.0, watchdog_floor: float = 600.0) -> dict:
+                   watchdog_multiple: float = 0.0, watchdog_floor: float = 600.0,
+                   memory_limit: str | int | None = "auto",
+                   member_batch: int | None = None) -> dict:
     """Trains (or resumes) a run into ``out`` and returns a small summary dict.
 
     Args:
@@ -185,14 +236,23 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
       watchdog_multiple, watchdog_floor: end the process with a stack dump when a chunk runs
         longer than ``max(floor, multiple × the longest chunk)`` seconds
         (``jaxcredit.watchdog``; ``multiple = 0``, the default here, turns it off).
+      memory_limit: bytes per device the chunk program may use: ``"auto"`` (the device's
+        limit), a size such as ``"4G"``, or ``"off"``. A program over it runs each device's
+        members in sequential groups, or the call is refused with what would fit
+        (``jaxcredit.memory``).
+      member_batch: members each device runs at once (default: all, or as many as fit).
 
     Returns:
       ``{"out", "updates", "finished", "metric", "final_return", "members", "compile_seconds",
-      "ranking", "program_seconds", "host_seconds"}``: ``final_return`` is the mean over members
+      "ranking", "program_seconds", "host_seconds", "member_batch", "memory_per_device",
+      "memory_limit"}``: ``final_return`` is the mean over members
       of the last value of ``metric`` (the evaluation return where the run evaluates);
       ``ranking`` lists the settings from best to worst by it, one line each, when there are
       several; ``program_seconds`` is the time in the compiled chunks (metrics transfer
-      included), ``host_seconds`` the rest of the loop (metrics files, loggers, checkpoints).
+      included), ``host_seconds`` the rest of the loop (metrics files, loggers, checkpoints);
+      ``member_batch`` the members each device ran at once (None: all), ``memory_per_device``
+      the chunk program's bytes per device (None where XLA does not say), ``memory_limit`` the
+      limit it was fitted to (None: none).
 
     A second process that tries to write the same run directory is refused with a ValueError
     while this one holds its lock (``runlog.lock_run_dir``).
@@ -201,7 +261,7 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     try:
         return _run_experiment(config, spec, pathlib.Path(out), resume, force, progress,
                                max_chunks, (plot, csv), mesh, env, env_params, loggers, held,
-                               (watchdog_multiple, watchdog_floor))
+                               (watchdog_multiple, watchdog_floor), (memory_limit, member_batch))
     finally:
         for lock in held:
             lock.close()
@@ -209,7 +269,7 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
 
 def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, max_chunks,
                     outputs: tuple, mesh, env, env_params, loggers, held: list,
-                    watch: tuple) -> dict:
+                    watch: tuple, fit: tuple) -> dict:
     """:func:`run_experiment`'s body; locks it takes go into ``held``."""
     plot, csv = outputs
     if resume:
@@ -233,12 +293,34 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     distributed.check_same_everywhere(
         repr((config.to_dict(), population.settings, spec, str(out), resume, force, max_chunks)),
         "run (config, settings, seeds or --out)")
+    # Where a resumed run stands, and its chunk programs fitted to the devices' memory, come
+    # before the directory is touched: a sweep that does not fit is refused without a trace.
+    saved_step, saved = _saved_position(out) if resume else (None, {})
+    done_updates = int(saved.get("update", 0))
+    lengths = chunk_lengths(config.num_updates, spec.num_chunks, config.eval_every)
+    boundaries = np.cumsum([0] + lengths)
+    if done_updates not in boundaries:
+        raise ValueError(f"checkpoint at update {done_updates} is not a chunk boundary of "
+                         f"{list(boundaries)}")
+    todo = lengths[int(np.searchsorted(boundaries, done_updates)):]
+    if max_chunks is not None:
+        todo = todo[:max_chunks]
+    hparams = sweep.shard(population.hparams, mesh)
+    keys = sweep.shard(population.keys, mesh)
+    init = _init_fn(engine, mesh)
+    # Compile every chunk length first, so that no compile falls inside a timed chunk.
+    compile_start = time.perf_counter()
+    limit = memory_limit_bytes(fit[0], mesh)
+    programs, fitted = (fit_chunk_programs(engine, todo, mesh, jax.eval_shape(init, keys),
+                                           hparams, limit, fit[1], saved.get("member_batch"))
+                        if todo else ({}, memory.Fitted(None, saved.get("member_batch"), None,
+                                                        limit)))
+    compile_seconds = time.perf_counter() - compile_start
+
     distributed.on_first_process(functools.partial(
         _claim_run_dir, out, resume, force, held, config, population, spec, mesh))
     progress = progress and writes  # one progress bar per run, not one per process
-
-    hparams = sweep.shard(population.hparams, mesh)
-    state = _init_fn(engine, mesh)(sweep.shard(population.keys, mesh))
+    state = init(keys)
     metric_names = sorted(jax.eval_shape(
         lambda s, h: engine.run(s, h, 1)[1],
         jax.tree.map(_member_shape, state), jax.tree.map(_member_shape, hparams)))
@@ -248,31 +330,17 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     extra_loggers = (jaxlog.make_loggers(loggers, out, members, config.to_dict())
                      if writes and loggers else [])
     checkpointer = Checkpointer(out / "checkpoints")
-    done_updates = 0
-    if resume and checkpointer.latest_step() is not None:
-        state, record = checkpointer.restore(state)
-        done_updates = int(record["update"])
+    if saved_step is not None:
+        state, _ = checkpointer.restore(state, saved_step)
     if resume and writes:
         writer.truncate(done_updates)
         # An earlier export goes stale as soon as this call writes; re-exported at the end (csv).
         (out / runlog.CSV_EXPORT).unlink(missing_ok=True)
 
-    lengths = chunk_lengths(config.num_updates, spec.num_chunks, config.eval_every)
-    boundaries = np.cumsum([0] + lengths)
-    if done_updates not in boundaries:
-        raise ValueError(f"checkpoint at update {done_updates} is not a chunk boundary of "
-                         f"{list(boundaries)}")
-    todo = lengths[int(np.searchsorted(boundaries, done_updates)):]
-    if max_chunks is not None:
-        todo = todo[:max_chunks]
     steps_per_update = config.steps_per_update
-    # Compile every chunk length first, so that no compile falls inside a timed chunk.
-    compile_start = time.perf_counter()
-    programs = {n: _compiled_chunk(engine, n, mesh, state, hparams) for n in sorted(set(todo))}
-    compile_seconds = time.perf_counter() - compile_start
     if progress and todo:
-        print(f"{out.name}: compiled {len(programs)} chunk program(s) in {compile_seconds:.1f} s",
-              flush=True)
+        print(f"{out.name}: compiled {len(programs)} chunk program(s) in {compile_seconds:.1f} s"
+              + _memory_line(fitted, population.size // mesh.devices.size), flush=True)
     bar = tqdm(total=config.num_updates * steps_per_update * population.size, unit="step",
                unit_scale=True, initial=done_updates * steps_per_update * population.size,
                disable=not progress, dynamic_ncols=True, desc=out.name)
@@ -299,7 +367,8 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
                               done_updates, steps_per_update)
                 jaxlog.log_chunk(extra_loggers, metrics, done_updates, steps_per_update)
             done_updates += length
-            checkpointer.save(done_updates, state, {"update": done_updates})
+            checkpointer.save(done_updates, state,
+                              {"update": done_updates, "member_batch": fitted.member_batch})
             returns = np.asarray(metrics[headline], np.float64)
             if np.isfinite(returns).any():
                 last_return = float(np.nanmean(plotting.forward_fill(returns)[:, -1]))
@@ -329,7 +398,31 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
             "final_return": last_return, "metric": headline, "members": population.size,
             "compile_seconds": compile_seconds if todo else 0.0, "ranking": ranking,
             "program_seconds": program_seconds,
-            "host_seconds": max(loop_seconds - program_seconds, 0.0)}
+            "host_seconds": max(loop_seconds - program_seconds, 0.0),
+            "member_batch": fitted.member_batch,
+            "memory_per_device": fitted.memory.total if fitted.memory else None,
+            "memory_limit": fitted.limit}
+
+
+def _saved_position(out: pathlib.Path) -> tuple[int | None, dict]:
+    """The last checkpoint's step and record (update, member batch) of the run in ``out``."""
+    checkpointer = Checkpointer(out / "checkpoints")
+    try:
+        step = checkpointer.latest_step()
+        return step, (checkpointer.read_record(step) if step is not None else {})
+    finally:
+        checkpointer.close()
+
+
+def _memory_line(fitted: memory.Fitted, members: int) -> str:
+    if fitted.memory is None:
+        return ""
+    line = f"; {memory.format_bytes(fitted.memory.total)} per device"
+    if fitted.limit is not None:
+        line += f" (limit {memory.format_bytes(fitted.limit)})"
+    if fitted.member_batch is not None:
+        line += f", {fitted.member_batch} of its {members} members at a time"
+    return line
 
 
 def _claim_run_dir(out: pathlib.Path, resume: bool, force: bool, held: list, config, population,
