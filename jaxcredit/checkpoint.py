@@ -8,6 +8,7 @@ shardings places every shard directly on its device.
 from __future__ import annotations
 
 import contextlib
+import logging
 import pathlib
 import signal
 import threading
@@ -16,6 +17,18 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+
+class _OwnWaitFilter(logging.Filter):
+    """Drops orbax's "Waiting for previous save to complete took N seconds" warning: the
+    checkpointer waits for each save right after starting it (so that the checkpoint is on disk
+    before the run continues), and orbax counts that wait as the next save waiting for this one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Waiting for previous save to complete")
+
+
+logging.getLogger("absl").addFilter(_OwnWaitFilter())
 
 
 def _is_key(x: Any) -> bool:
@@ -59,10 +72,11 @@ class Checkpointer:
 
     Args:
       directory: where checkpoints live (created if missing).
-      max_to_keep: number of most recent checkpoints kept.
+      max_to_keep: number of most recent checkpoints kept (None: all). Orbax deletes older ones
+        only after the new one is complete, so one is enough to resume after a crash.
     """
 
-    def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 2):
+    def __init__(self, directory: str | pathlib.Path, max_to_keep: int | None = 1):
         self.directory = pathlib.Path(directory).absolute()
         self._manager = ocp.CheckpointManager(
             self.directory,

@@ -113,6 +113,8 @@ class RunOptions:
     it runs each device's members in sequential groups, or is refused with what would fit"""
     member_batch: Optional[int] = None
     """members each device runs at once (default: all, or as many as fit in --memory-limit)"""
+    keep_checkpoints: int = 1
+    """checkpoints kept, the newest (0: all); one is enough to resume"""
     coordinator: Optional[str] = None
     """multi-process run: HOST:PORT of process 0's coordinator, the same in every process (with
     --num-processes and --process-id; docs/scaling.md)"""
@@ -310,6 +312,8 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     multiprocess = check_multiprocess_flags(args)
     if args.max_restarts > 0:
         return _supervise(args)
+    if args.keep_checkpoints < 0:
+        raise UsageError(f"--keep-checkpoints must be >= 0, got {args.keep_checkpoints}")
     if args.member_batch is not None and args.member_batch <= 0:
         raise UsageError(f"--member-batch must be positive, got {args.member_batch}")
     if args.memory_limit.lower() not in ("auto", "off"):
@@ -318,7 +322,7 @@ def cmd_train(args, settings=None, swept=()) -> dict:
         parse_bytes(args.memory_limit)  # a one-line error before anything starts
     watch = dict(watchdog_multiple=args.watchdog_multiple, watchdog_floor=args.watchdog_floor,
                  csv=args.metrics_csv, memory_limit=args.memory_limit,
-                 member_batch=args.member_batch)
+                 member_batch=args.member_batch, keep_checkpoints=args.keep_checkpoints)
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
@@ -401,7 +405,8 @@ def _supervise(args) -> int:
     resume = ["train", "--out", str(out), "--resume", "--max-restarts", "0",
               "--watchdog-multiple", repr(args.watchdog_multiple),
               "--watchdog-floor", repr(args.watchdog_floor),
-              "--memory-limit", args.memory_limit] + (
+              "--memory-limit", args.memory_limit,
+              "--keep-checkpoints", str(args.keep_checkpoints)] + (
                   [] if args.metrics_csv else ["--no-metrics-csv"]) + (
                   [] if args.member_batch is None else ["--member-batch", str(args.member_batch)])
     for attempt in range(args.max_restarts + 1):
@@ -439,6 +444,12 @@ def _report(summary: dict) -> dict:
     if program + host > 0:
         print(f"time: {program:.1f} s in the compiled program, {host:.1f} s outside it "
               f"({100 * host / (program + host):.0f} %: metrics, checkpoints, progress)")
+    if summary.get("member_batch") is not None:
+        from jaxcredit.memory import format_bytes  # noqa: PLC0415
+
+        print(f"memory: each device ran its members {summary['member_batch']} at a time, "
+              f"{format_bytes(summary['memory_per_device'])} per device "
+              f"(limit {format_bytes(summary['memory_limit'])})")
     for line in summary.get("ranking", []):
         print(line)
     return summary

@@ -7,8 +7,10 @@ member running at once), less what outputs reuse of donated arguments. The tempo
 the number of members a device runs at once, the state with the number it holds.
 
 When the program does not fit, the members of each device run in sequential groups of
-``member_batch`` inside the same compiled program (``sweep.population_jit``: ``lax.map`` with a
-batch size under ``shard_map``): the states stay where they are, only the temporaries shrink.
+``member_batch`` inside the same compiled program (``sweep.population_jit``: a scan over groups
+of vmapped members under ``shard_map``): the states stay where they are, only the temporaries
+shrink. The batch divides the members per device, so that every group is whole (a remainder
+group would make XLA copy every state).
 Each member's computation is the same; only XLA's choice of kernels for the different batch size
 can change the last bits (tests/test_memory.py compares split and unsplit runs).
 
@@ -161,15 +163,18 @@ def fit_program(compile_program: Callable[[Optional[int]], Any], members_per_dev
       compile_program: ``member_batch -> compiled program`` (None: every member at once).
       members_per_device: members each device holds.
       limit: bytes per device (None: do not check).
-      member_batch: run this many members at once instead of choosing (checked against the limit).
+      member_batch: run this many members at once instead of choosing (a divisor of
+        ``members_per_device``; checked against the limit).
 
     Raises:
       ValueError: it does not fit even one member at a time, or ``member_batch`` does not fit;
         the message says what would.
     """
-    if member_batch is not None and not 1 <= member_batch <= members_per_device:
-        raise ValueError(f"--member-batch must be between 1 and the {members_per_device} members "
-                         f"each device holds, got {member_batch}")
+    explicit = member_batch is not None
+    if explicit and (member_batch < 1 or members_per_device % member_batch):
+        raise ValueError(f"--member-batch must divide the {members_per_device} members each "
+                         f"device holds, got {member_batch} (divisors: "
+                         f"{', '.join(map(str, _divisors(members_per_device)))})")
     if member_batch == members_per_device:
         member_batch = None
     compiled = compile_program(member_batch)
@@ -183,24 +188,37 @@ def fit_program(compile_program: Callable[[Optional[int]], Any], members_per_dev
             f"the {format_bytes(limit)} limit; "
             + (f"about {fit} members per device would fit (fewer seeds or settings, or more "
                "devices)" if fit else "not even one member per device fits"))
-    if member_batch is not None:
+    if explicit:
+        batch = member_batch or members_per_device
         raise ValueError(
-            f"{member_batch} members at once need {format_bytes(memory.total)} per device, more "
+            f"{batch} members at once need {format_bytes(memory.total)} per device, more "
             f"than the {format_bytes(limit)} limit; try --member-batch "
-            f"{_batch_estimate(memory, member_batch, limit)} or leave it out to choose one")
+            f"{_divisor_at_most(members_per_device, _batch_estimate(memory, batch, limit))} "
+            "or leave it out to choose one")
     # Temporaries grow about linearly with the member batch: start from that estimate, then
-    # halve until the compiled program's own analysis fits.
-    batch = min(_batch_estimate(memory, members_per_device, limit), members_per_device // 2)
+    # halve until the compiled program's own analysis fits. Batches divide the members, so
+    # every group is whole.
+    batch = _divisor_at_most(members_per_device, min(
+        _batch_estimate(memory, members_per_device, limit), members_per_device // 2))
     while batch >= 1:
         compiled = compile_program(batch)
         split = program_memory(compiled)
         if split is None or split.total <= limit:
             return Fitted(compiled, batch, split, limit)
-        batch //= 2
+        batch = _divisor_at_most(members_per_device, batch // 2) if batch > 1 else 0
     raise ValueError(
         f"the sweep does not fit the {format_bytes(limit)} limit per device even one member at a "
         f"time ({format_bytes(memory.resident)} of states and outputs plus one member's "
         "temporaries); use fewer members per device or more devices")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _divisor_at_most(n: int, most: int) -> int:
+    """The largest divisor of ``n`` that is at most ``most`` (0 if ``most < 1``)."""
+    return max((d for d in _divisors(n) if d <= most), default=0)
 
 
 def _batch_estimate(memory: ProgramMemory, batch: int, limit: int) -> int:

@@ -195,9 +195,9 @@ def population_jit(fn: Callable, mesh: Mesh, num_args: int = 1, donate: bool = F
     """``jax.jit(jax.vmap(fn))`` with every argument and output split over ``mesh``.
 
     ``member_batch``: each device runs its members ``member_batch`` at a time, in sequence,
-    within the one program (``jax.lax.map`` with that batch size inside ``jax.shard_map``), so
-    its temporaries are those of ``member_batch`` members (``jaxcredit.memory``). None: all at
-    once.
+    within the one program (a ``lax.scan`` over groups of ``jax.vmap``-ed members inside
+    ``jax.shard_map``), so its temporaries are those of ``member_batch`` members
+    (``jaxcredit.memory``). It must divide the members per device. None: all at once.
 
     Cached per (function, mesh, member batch), so repeated sweeps of one engine compile once per
     shape.
@@ -207,7 +207,12 @@ def population_jit(fn: Callable, mesh: Mesh, num_args: int = 1, donate: bool = F
         mapped = jax.vmap(fn)
     else:
         def run_in_groups(*members):
-            return jax.lax.map(lambda args: fn(*args), members, batch_size=member_batch)
+            # [m, ...] -> [m / G, G, ...]: a scan over groups of G vmapped members. The scan's
+            # stacked outputs are the program's outputs, so no copy of the states is made (as
+            # lax.map makes for a remainder group, or for G = 1).
+            groups = jax.tree.map(lambda x: x.reshape((-1, member_batch) + x.shape[1:]), members)
+            _, out = jax.lax.scan(lambda _, group: (None, jax.vmap(fn)(*group)), None, groups)
+            return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), out)
 
         # Members never communicate, so nothing needs shard_map's checks of varying values.
         mapped = jax.shard_map(run_in_groups, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS),

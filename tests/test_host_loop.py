@@ -53,8 +53,8 @@ def test_run_directory_outputs(full_run):
     assert (out / "curves.png").stat().st_size > 1000
     for name, column in runlog.read_metrics(out / "metrics.csv").items():  # the CSV export
         np.testing.assert_array_equal(np.float32(column), np.float32(columns[name]))
-    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.isdigit()) \
-        == ["6", "7"]
+    # One checkpoint is kept by default (the previous one goes once the new one is complete).
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.isdigit()) == ["7"]
 
 
 def test_resume_reproduces_uninterrupted_run_bitwise(full_run, tmp_path):
@@ -109,6 +109,19 @@ def test_existing_output_is_never_deleted(full_run, tmp_path):
     moved = [p for p in tmp_path.iterdir() if p.name.startswith("forced.old-")]
     assert len(moved) == 1 and (moved[0] / "keep.txt").read_text() == "earlier result"
     assert (target / "metrics.csv").exists()
+
+
+def test_keep_checkpoints(tmp_path):
+    run = tmp_path / "all"
+    run_experiment(CONFIG, SPEC, run, progress=False, plot=False, csv=False, max_chunks=2,
+                   keep_checkpoints=0)
+    run_experiment(None, None, run, resume=True, progress=False, plot=False, csv=False,
+                   keep_checkpoints=0)
+    steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [3, 6, 7]  # 0 keeps every chunk's checkpoint
+    with pytest.raises(ValueError, match="keep_checkpoints must be >= 0"):
+        run_experiment(CONFIG, SPEC, tmp_path / "bad", keep_checkpoints=-1)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_unreadable_checkpoint_is_a_clear_error(tmp_path):

@@ -47,22 +47,23 @@ class _Stats:
 
 
 class _Program:
-    """A compiled program whose temporaries are 10 bytes per member running at once."""
+    """A compiled program whose temporaries are 10 bytes per member running at once (plus
+    ``overhead`` when the members run in groups)."""
 
-    def __init__(self, batch, members):
+    def __init__(self, batch, members, overhead):
         self.batch = batch
-        self.temp = 10 * (members if batch is None else batch)
+        self.temp = 10 * members if batch is None else 10 * batch + overhead
 
     def memory_analysis(self):
         return _Stats(self.temp)
 
 
-def _fit(limit, members=16, member_batch=None):
+def _fit(limit, members=16, member_batch=None, overhead=0):
     compiled = []
 
     def compile_program(batch):
         compiled.append(batch)
-        return _Program(batch, members)
+        return _Program(batch, members, overhead)
 
     fitted = memory.fit_program(compile_program, members, limit, member_batch)
     return fitted, compiled
@@ -77,10 +78,16 @@ def test_fit_program_chooses_the_largest_batch_that_fits():
     # (200 - 100) / 10 = 10 members fit; capped at half the members: 8.
     fitted, compiled = _fit(200)
     assert fitted.member_batch == 8 and fitted.memory.total == 180 and compiled == [None, 8]
+    # 5 would fit; batches divide the members: 4.
     fitted, _ = _fit(150)
-    assert fitted.member_batch == 5 and fitted.memory.total == 150
+    assert fitted.member_batch == 4 and fitted.memory.total == 140
     fitted, _ = _fit(110)
     assert fitted.member_batch == 1
+    # A compiled program over the estimate is halved (to a divisor) until it fits.
+    fitted, compiled = _fit(200, overhead=30)  # 8 estimated, 210 bytes compiled; 4: 170
+    assert compiled == [None, 8, 4] and fitted.member_batch == 4
+    fitted, compiled = _fit(180, members=12)  # 100 + 120 = 220; 8 estimated, 6 divides 12
+    assert compiled == [None, 6] and fitted.member_batch == 6
     # An explicit batch is checked, not changed.
     fitted, compiled = _fit(200, member_batch=4)
     assert fitted.member_batch == 4 and compiled == [4]
@@ -96,10 +103,10 @@ def test_fit_program_refusals_say_what_would_fit():
         _fit(15)
     with pytest.raises(ValueError, match="even one member at a time"):
         _fit(105)  # one member's temporaries (10) do not fit in the 5 bytes left
-    with pytest.raises(ValueError, match="try --member-batch 10"):
-        _fit(200, member_batch=12)
-    with pytest.raises(ValueError, match="between 1 and the 16 members"):
-        _fit(None, member_batch=17)
+    with pytest.raises(ValueError, match="16 members at once need 260 B .* try --member-batch 8"):
+        _fit(200, member_batch=16)
+    with pytest.raises(ValueError, match=r"must divide the 16 members .* \(divisors: 1, 2, 4, 8"):
+        _fit(None, member_batch=12)
 
 
 @pytest.fixture(scope="module")

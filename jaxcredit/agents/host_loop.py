@@ -20,7 +20,7 @@ Run directory layout::
     <out>/metrics/        tidy per-update metrics, one Parquet file per chunk (runlog)
     <out>/metrics.csv     the same rows as CSV, exported at the end of each call
     <out>/curves.png      mean ± 95% CI of the episode return per setting (plotting)
-    <out>/checkpoints/    orbax checkpoints, the last two chunks
+    <out>/checkpoints/    orbax checkpoint of the last chunk (keep_checkpoints: more)
 
 Memory: before the first chunk the chunk program is compiled and its memory per device (XLA's
 analysis) compared with the device's limit; a program over it runs each device's members in
@@ -217,7 +217,7 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
                    mesh: Any = None, env: Any = None, env_params: Any = None, loggers: tuple = (),
                    watchdog_multiple: float = 0.0, watchdog_floor: float = 600.0,
                    memory_limit: str | int | None = "auto",
-                   member_batch: int | None = None) -> dict:
+                   member_batch: int | None = None, keep_checkpoints: int = 1) -> dict:
     """Trains (or resumes) a run into ``out`` and returns a small summary dict.
 
     Args:
@@ -241,6 +241,8 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
         members in sequential groups, or the call is refused with what would fit
         (``jaxcredit.memory``).
       member_batch: members each device runs at once (default: all, or as many as fit).
+      keep_checkpoints: checkpoints kept, the newest (0: all). One is enough to resume: the
+        previous one is deleted only after the new one is complete.
 
     Returns:
       ``{"out", "updates", "finished", "metric", "final_return", "members", "compile_seconds",
@@ -261,7 +263,8 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
     try:
         return _run_experiment(config, spec, pathlib.Path(out), resume, force, progress,
                                max_chunks, (plot, csv), mesh, env, env_params, loggers, held,
-                               (watchdog_multiple, watchdog_floor), (memory_limit, member_batch))
+                               (watchdog_multiple, watchdog_floor),
+                               (memory_limit, member_batch, keep_checkpoints))
     finally:
         for lock in held:
             lock.close()
@@ -269,9 +272,12 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
 
 def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, max_chunks,
                     outputs: tuple, mesh, env, env_params, loggers, held: list,
-                    watch: tuple, fit: tuple) -> dict:
+                    watch: tuple, execution: tuple) -> dict:
     """:func:`run_experiment`'s body; locks it takes go into ``held``."""
     plot, csv = outputs
+    memory_limit, member_batch, keep_checkpoints = execution
+    if keep_checkpoints < 0:
+        raise ValueError(f"keep_checkpoints must be >= 0, got {keep_checkpoints}")
     if resume:
         prepare_out_dir(out, resume=True, force=False)
         saved = runlog.read_json(out / "config.json")
@@ -310,9 +316,9 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     init = _init_fn(engine, mesh)
     # Compile every chunk length first, so that no compile falls inside a timed chunk.
     compile_start = time.perf_counter()
-    limit = memory_limit_bytes(fit[0], mesh)
+    limit = memory_limit_bytes(memory_limit, mesh)
     programs, fitted = (fit_chunk_programs(engine, todo, mesh, jax.eval_shape(init, keys),
-                                           hparams, limit, fit[1], saved.get("member_batch"))
+                                           hparams, limit, member_batch, saved.get("member_batch"))
                         if todo else ({}, memory.Fitted(None, saved.get("member_batch"), None,
                                                         limit)))
     compile_seconds = time.perf_counter() - compile_start
@@ -329,7 +335,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     members = list(zip(population.hparam_index.tolist(), population.seed_index.tolist()))
     extra_loggers = (jaxlog.make_loggers(loggers, out, members, config.to_dict())
                      if writes and loggers else [])
-    checkpointer = Checkpointer(out / "checkpoints")
+    checkpointer = Checkpointer(out / "checkpoints", max_to_keep=keep_checkpoints or None)
     if saved_step is not None:
         state, _ = checkpointer.restore(state, saved_step)
     if resume and writes:
