@@ -87,6 +87,13 @@ SCRIPT = textwrap.dedent("""
     out["max_diff"] = max(float(np.nanmax(np.abs(np.asarray(metrics4[k], float)
                                                   - np.asarray(metrics1[k], float))))
                           for k in metrics1)
+    # Four members per device, run two at a time inside the program (memory-aware sweeps).
+    sixteen = sweep.make_population([{"lr": 1e-3}, {"lr": 3e-3}], num_seeds=8)
+    _, whole = sweep.run_sweep(engine, sixteen, sweep.sweep_mesh())
+    _, pairs = sweep.run_sweep(engine, sixteen, sweep.sweep_mesh(), member_batch=2)
+    out["groups_diff"] = max(float(np.nanmax(np.abs(np.asarray(whole[k], float)
+                                                     - np.asarray(pairs[k], float))))
+                             for k in whole)
     print("RESULT" + json.dumps(out))
 """)
 
@@ -103,3 +110,4 @@ def test_sharded_sweep_matches_single_device():
     assert out["devices_used"] == 4
     assert out["shape"] == [6, 3]  # padding dropped
     assert out["bitwise"], f"4-device sweep differs from 1 device by {out['max_diff']}"
+    assert out["groups_diff"] <= 1e-5
