@@ -27,9 +27,16 @@ def pytest_configure(config):
         config._jaxcredit_cache_owner = True
     folder = os.environ[_SESSION_CACHE]
     os.environ.setdefault("JAXCREDIT_COMPILE_CACHE", folder)
+    import jax  # noqa: PLC0415
+
     from jaxcredit import compile_cache  # noqa: PLC0415
 
-    compile_cache.enable()
+    if compile_cache.enable() is not None:
+        # Small programs too, unlike a jaxcredit command: the suite compiles thousands of them
+        # (each eager jnp call on a new shape is one, at 50-500 ms on XLA:CPU), many of them
+        # again in the other xdist worker, and a cache read takes milliseconds. The CLI
+        # subprocesses read them as well (only writing is limited to slow compiles).
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 def pytest_unconfigure(config):

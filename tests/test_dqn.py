@@ -196,9 +196,10 @@ def test_bitflip_10_is_solved_with_her_and_not_without_in_the_same_budget():
                              eval_episodes=32, relabel=relabel)
         hp = Hparams.create(lr=1e-3, gamma=0.98, epsilon_start=0.2, epsilon_end=0.2, tau=0.05,
                             max_grad_norm=10.0)
-        hps = jax.tree.map(lambda x: jnp.stack([x, x]), hp)
-        _, metrics = jax.jit(jax.vmap(make_engine(config).train))(
-            jax.random.split(jax.random.key(3), 2), hps)
-        rate = np.asarray(metrics["eval/success_rate_greedy"])
+        # One seed per call of one compiled program: the compile dominates this test, and the
+        # unbatched program compiles in about two thirds of the CPU time of the vmapped one.
+        train = jax.jit(make_engine(config).train)
+        rate = np.stack([np.asarray(train(key, hp)[1]["eval/success_rate_greedy"])
+                         for key in jax.random.split(jax.random.key(3), 2)])
         results[relabel] = rate[:, ~np.isnan(rate[0])][:, -2:].mean()
     assert results["her"] >= 0.9 and results[None] <= 0.3, results

@@ -107,17 +107,18 @@ FROZEN_POLICY = dict(lr=1e-7, gamma=1.0, ent_coef=0.0)
 def _kl_unfitted_and_fitted(config_fields, fit_steps, updates, estimator_lr, seeds=2):
     """KL to the exact model after ``updates`` with the model's learning rate 1e-12 (Adam's step
     is about the rate: h stays π, the unfitted model) and ``estimator_lr``: one compiled
-    program, vmapped over both."""
+    program, called once per (rate, seed).
+
+    The compile dominates these checks, and the unbatched program compiles in about half the
+    time of the doubly vmapped one (same KL values to the printed digits)."""
     config = TrainConfig(**config_fields, total_timesteps=config_fields["num_envs"]
                          * config_fields["num_steps"] * updates, eval_every=updates // 4,
                          eval_episodes=2, estimator_fit_steps=fit_steps, anneal_lr=False)
-    engine = make_engine(config)
+    train = jax.jit(make_engine(config).train)
     hparams = [Hparams.create(**FROZEN_POLICY, estimator_lr=lr) for lr in (1e-12, estimator_lr)]
-    hparams = jax.tree.map(lambda *x: jnp.stack(x), *hparams)
     keys = jax.random.split(jax.random.key(3), seeds)
-    train = jax.vmap(jax.vmap(engine.train, in_axes=(0, None)), in_axes=(None, 0))
-    _, metrics = jax.jit(train)(keys, hparams)
-    kl = np.asarray(metrics["estimator/kl_to_exact"])  # [2, seeds, updates]
+    kl = np.asarray([[train(key, hp)[1]["estimator/kl_to_exact"] for key in keys]
+                     for hp in hparams])  # [2, seeds, updates]
     kl = kl[..., np.isfinite(kl).all(axis=(0, 1))]
     return kl[..., -2:].mean(axis=-1)  # the last two evaluations, one value per seed
 
