@@ -224,10 +224,29 @@ def lock_run_dir(out: pathlib.Path):
     system drops the lock when the holder exits, however it exits (``kill -9`` included), so a
     killed run can always be resumed.
     """
+    handle = _flock(pathlib.Path(out), "a+")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
+def check_unlocked(out: pathlib.Path) -> None:
+    """Raises :func:`lock_run_dir`'s ValueError if another process holds ``out``'s lock.
+
+    A check, not a claim (the lock is let go at once): it lets a run that would be refused say so
+    before it spends minutes compiling. :func:`lock_run_dir` checks again when it claims.
+    """
+    if (pathlib.Path(out) / LOCK_FILE).exists():
+        _flock(pathlib.Path(out), "r").close()
+
+
+def _flock(out: pathlib.Path, mode: str):
+    """``out``'s lock file opened with ``mode`` and exclusively locked (without waiting)."""
     import fcntl  # noqa: PLC0415 (POSIX only)
 
-    path = pathlib.Path(out) / LOCK_FILE
-    handle = path.open("a+")
+    handle = (out / LOCK_FILE).open(mode)
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -236,8 +255,4 @@ def lock_run_dir(out: pathlib.Path):
         handle.close()
         raise ValueError(f"{out} is being written by {holder}; wait for it to finish or choose "
                          "another --out") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}")
-    handle.flush()
     return handle

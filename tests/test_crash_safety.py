@@ -1,5 +1,6 @@
-"""Runs survive kill -9 at any moment (during checkpoint and metrics writes included), one
-process writes a run directory at a time, and an unwritable output is one line."""
+"""Runs survive kill -9 at any moment (during checkpoint and metrics writes included) and hung
+chunks (the watchdog), one process writes a run directory at a time, and an unwritable output is
+one line."""
 
 from __future__ import annotations
 
@@ -12,32 +13,77 @@ from jaxcredit.agents import TrainConfig
 from jaxcredit.agents.host_loop import RunSpec, run_experiment
 from jaxcredit.bench import kill_resume
 from jaxcredit.cli import main
+from jaxcredit.watchdog import HANG_EXIT_STATUS, STALL_HOOK
 
 
-def test_kill_9_at_random_moments_then_resume_equals_the_uninterrupted_run(tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """``kill_resume``'s run, uninterrupted, and the compile cache it filled: the reference of
+    the kill and the hang tests below (one run and one compile for both)."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    cache = folder / "cache"
+    return kill_resume.reference(folder, cache), cache
+
+
+def test_kill_9_at_random_moments_then_resume_equals_the_uninterrupted_run(tmp_path,
+                                                                           uninterrupted):
     """One trial of ``python -m jaxcredit.bench.kill_resume`` (which runs many)."""
-    cache = tmp_path / "cache"
-    whole = kill_resume.reference(tmp_path, cache)
+    whole, cache = uninterrupted
     result = kill_resume.trial(tmp_path / "killed", whole, cache, random.Random(0), max_kills=3)
     assert result["error"] == "" and result["kills"] >= 2, result
     assert result["identical"]
 
 
-def test_a_second_writer_is_refused(tmp_path):
+def test_a_stalled_chunk_is_dumped_and_the_run_resumed_to_the_same_result(tmp_path,
+                                                                         uninterrupted):
+    """The watchdog: the 4th chunk stalls (the documented test hook), the watchdog dumps every
+    thread's stack and ends the process with HANG_EXIT_STATUS, which the parent reads as a hang;
+    the parent resumes the run from its last checkpoint, and the run finishes with the
+    uninterrupted run's metrics."""
+    whole, cache = uninterrupted
+    run = tmp_path / "restarted"
+    watched = ["--watchdog-multiple", "5", "--watchdog-floor", "5", "--max-restarts", "2"]
+    proc = kill_resume.launch(kill_resume.TRAIN + watched + ["--out", str(run)], cache,
+                              capture=True, **{STALL_HOOK: "4",
+                                               "JAXCREDIT_HANG_NATIVE_STACKS": "0"})
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert f"exiting with status {HANG_EXIT_STATUS}" in out + err
+    assert "hung; resuming it from its last checkpoint" in err
+    dumps = list(run.glob("hang-*.txt"))
+    assert len(dumps) == 1
+    text = dumps[0].read_text()
+    assert "made no progress" in text and "maybe_stall" in text  # the stalled thread's stack
+    assert (run / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
+
+
+def test_a_second_writer_is_refused_before_anything_compiles(tmp_path, monkeypatch):
+    from jaxcredit.agents import host_loop
+
     config = TrainConfig(algo="a2c", num_envs=2, num_steps=8, total_timesteps=2 * 8 * 2,
                          hidden_sizes=(8,))
     spec = RunSpec(num_seeds=1, num_chunks=2)
     out = tmp_path / "run"
     run_experiment(config, spec, out, progress=False, plot=False, max_chunks=1)
     holder = runlog.lock_run_dir(out)  # as if another process were writing the run
+    real_fit = host_loop.fit_chunk_programs
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled a run that is refused")
+
+    monkeypatch.setattr(host_loop, "fit_chunk_programs", no_compile)
     try:
         with pytest.raises(ValueError, match="is being written by pid"):
             run_experiment(None, None, out, resume=True, progress=False, plot=False)
         with pytest.raises(SystemExit) as exit_info:
             main(["train", "--out", str(out), "--resume"])
         assert exit_info.value.code == 2
+        # An earlier run in the way (no --resume, no --force) is refused before compiling too.
+        with pytest.raises(ValueError, match="already exists"):
+            run_experiment(config, spec, out, progress=False, plot=False)
     finally:
         holder.close()
+    monkeypatch.setattr(host_loop, "fit_chunk_programs", real_fit)
     assert run_experiment(None, None, out, resume=True, progress=False, plot=False)["finished"]
 
 

@@ -197,10 +197,7 @@ def prepare_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
         if not (out / "config.json").exists():
             raise ValueError(f"cannot resume: {out} holds no run (no config.json)")
         return
-    # A folder with nothing but the writer's lock (a run killed before it wrote its config)
-    # holds no run.
-    if out.exists() and any(p.name != runlog.LOCK_FILE and not p.name.endswith(".tmp")
-                            for p in out.iterdir()):
+    if _holds_run(out):
         if not force:
             raise ValueError(f"{out} already exists; pass --resume to continue it or --force to "
                              "start over (the old directory is moved aside, not deleted)")
@@ -209,6 +206,24 @@ def prepare_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
         out.rename(aside)
         print(f"moved the previous run in {out} to {aside}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
+
+
+def _holds_run(out: pathlib.Path) -> bool:
+    """Whether ``out`` holds a run. A folder with nothing but the writer's lock (a run killed
+    before it wrote its config) does not."""
+    return out.exists() and any(p.name != runlog.LOCK_FILE and not p.name.endswith(".tmp")
+                                for p in out.iterdir())
+
+
+def check_out_dir(out: pathlib.Path, resume: bool, force: bool) -> None:
+    """Raises the ValueError that claiming ``out`` would raise, touching nothing: a run that will
+    be refused (a run already there, another writer) says so before it compiles."""
+    if resume:
+        prepare_out_dir(out, resume=True, force=False)
+    elif not force and _holds_run(out):
+        prepare_out_dir(out, resume=False, force=False)  # raises
+    if out.exists():
+        runlog.check_unlocked(out)
 
 
 def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, *,
@@ -299,6 +314,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     distributed.check_same_everywhere(
         repr((config.to_dict(), population.settings, spec, str(out), resume, force, max_chunks)),
         "run (config, settings, seeds or --out)")
+    distributed.on_first_process(functools.partial(check_out_dir, out, resume, force))
     # Where a resumed run stands, and its chunk programs fitted to the devices' memory, come
     # before the directory is touched: a sweep that does not fit is refused without a trace.
     saved_step, saved = _saved_position(out) if resume else (None, {})
