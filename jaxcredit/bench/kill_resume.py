@@ -32,11 +32,14 @@ TRAIN = ["train", "--algo", "a2c", "--env", "CartPole-v1", "--num-envs", "4", "-
 UPDATES, MEMBERS = 40, 2
 
 
-def launch(args: list[str], cache: pathlib.Path) -> subprocess.Popen:
-    """``jaxcredit <args>`` in a subprocess sharing the compile cache ``cache``."""
+def launch(args: list[str], cache: pathlib.Path, capture: bool = False,
+           **env: str) -> subprocess.Popen:
+    """``jaxcredit <args>`` in a subprocess sharing the compile cache ``cache``, with the extra
+    environment variables ``env``; its stderr (and with ``capture`` its stdout) piped."""
     script = pathlib.Path(sys.executable).parent / "jaxcredit"
-    env = dict(os.environ, JAXCREDIT_COMPILE_CACHE=str(cache))
-    return subprocess.Popen([str(script), *args], env=env, stdout=subprocess.DEVNULL,
+    env = dict(os.environ, JAXCREDIT_COMPILE_CACHE=str(cache), **env)
+    return subprocess.Popen([str(script), *args], env=env,
+                            stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
 
