@@ -21,7 +21,24 @@ configure_cpu_flags()
 _SESSION_CACHE = "JAXCREDIT_TEST_SESSION_CACHE"
 
 
+# `make test` runs the files on 2 xdist workers, each file on one worker (--dist loadfile), and
+# xdist hands them out by default in order of their number of tests. That put the notebooks, the
+# learning checks and the subprocess tests (few tests, minutes of work) last, so one worker
+# often ran them alone at the end. The files below go first instead, longest first (measured on
+# a 2-core machine; only the order depends on this list), and the others fill in after them.
+_LONGEST_FIRST = (
+    "test_bench.py", "test_process_supervision.py", "test_rudder.py", "test_cocoa.py",
+    "test_hca.py", "test_notebooks.py", "test_dqn.py", "test_agents.py", "test_distributed.py",
+    "test_crash_safety.py", "test_cli.py", "test_agents_learning.py", "test_sweep.py",
+    "test_returns.py", "test_her.py", "test_fitting.py", "test_evaluation.py", "test_docs.py",
+    "test_envs_core.py", "test_watchdog.py", "test_agent_credit.py", "test_host_loop.py",
+    "test_memory.py", "test_tabular.py", "test_goal_envs.py", "test_diagnostics.py",
+)
+
+
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
     if not hasattr(config, "workerinput") and _SESSION_CACHE not in os.environ:
         os.environ[_SESSION_CACHE] = tempfile.mkdtemp(prefix="jaxcredit-test-xla-")
         config._jaxcredit_cache_owner = True
@@ -42,3 +59,8 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if getattr(config, "_jaxcredit_cache_owner", False):
         shutil.rmtree(os.environ.pop(_SESSION_CACHE), ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept

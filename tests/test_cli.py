@@ -9,7 +9,9 @@ import pytest
 
 from jaxcredit import cli, runlog
 
-TINY = ["--algo", "a2c", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "448",
+# 6 updates of 64 env steps in 3 equal chunks: one chunk program (7 updates would need two,
+# chunks of 3 and 1, and twice the compile; tests/test_host_loop.py covers unequal chunks).
+TINY = ["--algo", "a2c", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "384",
         "--hidden-sizes", "16", "--num-chunks", "3", "--no-progress"]
 
 
@@ -77,13 +79,13 @@ def test_train_sweep_plot_and_resume(tmp_path, capsys):
     out = tmp_path / "x"
     assert cli.main(["train", *TINY, "--num-seeds", "2", "--out", str(out),
                      "--stop-after-chunks", "1"]) == 0
-    assert "stopped at update 3" in capsys.readouterr().out
+    assert "stopped at update 2" in capsys.readouterr().out
     assert cli.main(["train", "--out", str(out), "--resume", "--no-progress"]) == 0
     assert "finished, 2 runs" in capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())
     assert config["config"]["num_envs"] == 4 and config["num_seeds"] == 2
     assert (out / "curves.png").exists()
-    assert len(runlog.read_rows(out / "metrics.csv")) == 2 * 7
+    assert len(runlog.read_rows(out / "metrics.csv")) == 2 * 6
     # Existing output without --resume / --force: refused, results untouched.
     before = (out / "metrics.csv").read_bytes()
     code, err = run_cli(["train", *TINY, "--out", str(out)], capsys)
@@ -153,11 +155,11 @@ def test_rounded_budget_and_moved_run_are_said(tmp_path, capsys):
     """A budget that is not whole updates is rounded down with a note, and --force says where
     the previous run went."""
     out = tmp_path / "x"
-    argv = ["train", *TINY[:-5], "--total-timesteps", "500", "--hidden-sizes", "16",
-            "--num-chunks", "1", "--no-progress", "--out", str(out)]
+    # TINY's run but for the budget, so its programs are the ones the other tests compile.
+    argv = ["train", *TINY[:6], "--total-timesteps", "400", *TINY[8:], "--out", str(out)]
     assert cli.main(argv) == 0
     err = capsys.readouterr().err
-    assert "--total-timesteps 500 ran as 7 updates × 64 env steps = 448 steps" in err
+    assert "--total-timesteps 400 ran as 6 updates × 64 env steps = 384 steps" in err
     assert cli.main(argv + ["--force"]) == 0
     err = capsys.readouterr().err
     assert f"moved the previous run in {out} to {out}.old-" in err

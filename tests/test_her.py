@@ -187,7 +187,8 @@ def test_the_engine_trains_on_the_relabelled_rows_it_says():
     config = TrainConfig(algo="dqn", env="BitFlip", env_options=(("n", 3),), relabel="her",
                          relabel_options=(("k", 4), ("strategy", "episode")), n_step=2,
                          num_envs=4, num_steps=3, total_timesteps=4 * 3 * 10, buffer_size=240,
-                         batch_size=16, learning_starts=0, hidden_sizes=(8,))
+                         batch_size=16, learning_starts=0, hidden_sizes=(8,),
+                         eval_every=0)  # no evaluation: a smaller program to compile
     engine = make_engine(config)
     assert engine.anchor == 2 and engine.replay.window == 2 + max(2, 1 + 2)
     hp = Hparams.create()
