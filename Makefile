@@ -24,7 +24,7 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check jaxcredit tests experiments
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 bench: $(VENV)/.installed
 	$(BIN)/jaxcredit bench estimators
