@@ -1,5 +1,6 @@
 """Learning checks (slow): PPO+GAE solves CartPole-v1 within 5e5 steps, A2C solves Catch-bsuite,
-REINFORCE improves on the ambiguous bandit. Seeds are vmapped, one compile per check."""
+REINFORCE improves on the ambiguous bandit. Seeds are vmapped, one compile per check; the
+checks read the training returns, so the runs do not evaluate (a smaller program)."""
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +27,8 @@ def final_returns(config, settings, num_seeds, last=10):
 def test_ppo_gae_solves_cartpole_within_5e5_steps():
     """PureJaxRL's default PPO setup; at least 3 of 4 seeds average ≥ 475 at the end."""
     _, last = final_returns(TrainConfig(algo="ppo", estimator="gae", env="CartPole-v1",
-                                        total_timesteps=500_000), {}, num_seeds=4)
+                                        total_timesteps=500_000, eval_every=0), {},
+                                num_seeds=4)
     assert np.sum(last >= 475) >= 3, last
 
 
@@ -34,7 +36,7 @@ def test_a2c_solves_catch():
     """Catch-bsuite returns ±1 per episode; solved = mean return ≥ 0.9 across seeds."""
     first, last = final_returns(
         TrainConfig(algo="a2c", estimator="gae", env="Catch-bsuite", num_envs=16, num_steps=16,
-                    total_timesteps=100_000),
+                    total_timesteps=100_000, eval_every=0),
         {"lr": 2e-3, "ent_coef": 0.01}, num_seeds=4)
     assert np.all(first < 0.0), first  # a random policy mostly misses
     assert last.mean() >= 0.9 and last.min() >= 0.8, last
@@ -44,7 +46,7 @@ def test_reinforce_improves_on_ambiguous_bandit():
     """No critic, Monte-Carlo credit. The uniform policy earns 1.5 per episode and the optimal
     one 1.9 (σ = 1.5 reward noise): π(HI | start) must move from ½ to ≥ 0.9 on every seed."""
     config = TrainConfig(algo="reinforce", estimator="mc", env="AmbiguousBandit", num_envs=32,
-                         num_steps=4, total_timesteps=20_000)
+                         num_steps=4, total_timesteps=20_000, eval_every=0)
     engine = make_engine(config)
     population = sweep.make_population([{"lr": 1e-2, "ent_coef": 0.0}], 4, seed=0)
     states, metrics = sweep.run_sweep(engine, population, pad=True)

@@ -11,8 +11,10 @@ from jaxcredit import cli, runlog
 
 # 6 updates of 64 env steps in 3 equal chunks: one chunk program (7 updates would need two,
 # chunks of 3 and 1, and twice the compile; tests/test_host_loop.py covers unequal chunks).
+# No evaluation, which would be about 40% of each program's compile; tests/test_evaluation.py
+# checks it.
 TINY = ["--algo", "a2c", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "384",
-        "--hidden-sizes", "16", "--num-chunks", "3", "--no-progress"]
+        "--hidden-sizes", "16", "--num-chunks", "3", "--no-progress", "--eval-every", "0"]
 
 
 def run_cli(argv, capsys):

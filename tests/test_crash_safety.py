@@ -90,7 +90,8 @@ def test_a_second_writer_is_refused_before_anything_compiles(tmp_path, monkeypat
 def test_an_unwritable_output_is_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--algo", "a2c", "--num-envs", "2", "--num-steps", "8",
-              "--total-timesteps", "16", "--out", "/proc/jaxcredit-cannot-write-here"])
+              "--total-timesteps", "16", "--eval-every", "0",
+              "--out", "/proc/jaxcredit-cannot-write-here"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("jaxcredit: error:"), err
@@ -118,7 +119,7 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, monke
 
     small = ["train", "--algo", "a2c", "--env", "CartPole-v1", "--num-envs", "2",
              "--num-steps", "8", "--total-timesteps", str(2 * 8 * 4), "--num-chunks", "4",
-             "--hidden-sizes", "8", "--no-progress"]
+             "--hidden-sizes", "8", "--no-progress", "--eval-every", "0"]
     whole, run = tmp_path / "whole", tmp_path / "run"
     assert main(small + ["--out", str(whole)]) == 0
     full = OSError(28, "No space left on device")
