@@ -1,5 +1,7 @@
 """The off-policy engine: Q-learning targets against a float64 loop, ε-greedy acting, replay
-windows, the engine shape (host loop, exact resume with a full buffer), and learning checks."""
+windows, the engine shape (host loop, exact resume with a full buffer), and the BitFlip learning
+check with and without HER (DQN on CartPole at PureJaxRL's settings is
+experiments/cartpole_baselines)."""
 
 import jax
 import jax.numpy as jnp
@@ -145,28 +147,6 @@ def test_dqn_resume_with_a_full_replay_equals_the_uninterrupted_run(tmp_path):
     assert (part / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
     columns = runlog.read_metrics(part / "metrics.csv")
     assert {"loss", "q_mean", "epsilon", "eval/return_greedy"} <= set(columns)
-
-
-@pytest.mark.slow
-def test_dqn_solves_cartpole():
-    # PureJaxRL's DQN settings (10 envs, buffer 10k, batch 128, one gradient step per 10 env
-    # steps, target copy every 500 steps), 2 seeds, 3e5 steps.
-    config = TrainConfig(algo="dqn", env="CartPole-v1", num_envs=10, num_steps=1,
-                         total_timesteps=300_000, buffer_size=10_000, batch_size=128,
-                         learning_starts=10_000, gradient_steps=1, target_update_every=50,
-                         hidden_sizes=(120, 84), activation="relu", eval_every=1500,
-                         eval_episodes=8)
-    engine = make_engine(config)
-    hp = Hparams.create(lr=2.5e-4, gamma=0.99, epsilon_fraction=25e4 / 3e5, max_grad_norm=10.0)
-    hps = jax.tree.map(lambda x: jnp.stack([x, x]), hp)
-    _, metrics = jax.jit(jax.vmap(engine.train))(jax.random.split(jax.random.key(0), 2), hps)
-    greedy = np.asarray(metrics["eval/return_greedy"])
-    greedy = greedy[:, ~np.isnan(greedy[0])]
-    # DQN on CartPole oscillates: a seed's best evaluation is near the maximum of 500 and both
-    # stay far above the random policy's ~22 over the last 5 evaluations (of 20). The exact
-    # curves depend on the CPU's XLA code generation (best evaluation 500 on one machine, 471.5
-    # on an AMD EPYC with the same seeds), so the bar for the best is 450, not 500.
-    assert greedy.max() >= 450 and greedy[:, -5:].mean(axis=1).min() >= 250, greedy.round()
 
 
 def test_replay_sampling_is_flashbax_sampling():
