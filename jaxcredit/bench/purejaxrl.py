@@ -3,8 +3,8 @@
 PureJaxRL (Lu et al. 2022, github.com/luchris429/purejaxrl) is not part of jaxcredit and none of
 its code is copied here: ``jaxcredit bench train --purejaxrl DIR`` (a checkout, the folder that
 holds ``purejaxrl/ppo.py``) or ``--purejaxrl-git DIR`` (a bare git directory; its ``HEAD``) loads
-its ``ppo.py`` and ``wrappers.py`` as they are. Two things have drifted since they were written,
-and both are bridged from the outside, without editing its source:
+its ``ppo.py`` and ``wrappers.py`` as they are. Three things are bridged from the outside,
+without editing its source:
 
 * gymnax ≥ 1.0's ``env.step`` returns ``(obs, state, reward, terminated, truncated, info)``;
   ``ppo.py`` and its wrappers unpack the older five values ``(obs, state, reward, done, info)``.
@@ -13,6 +13,12 @@ and both are bridged from the outside, without editing its source:
 * ``wrappers.py`` imports brax and navix at the top for wrappers PPO on CartPole does not use.
   Where they are not installed, stand-in modules (:class:`_StandIn`) satisfy the imports and fail
   only if something of theirs is actually used.
+* Its networks take flax's orthogonal initialiser, whose batched QR under ``jax.vmap`` (the
+  many-seeds race vmaps PureJaxRL's ``train``) can deadlock XLA:CPU's thread pool with XLA's
+  default flags (docs/xla_cpu_hang.md; the 2-seed race hung on 2026-12-03 with two pool threads
+  in ``lapack_sorgqr_ffi`` → ``ParallelBatchMap`` → ``BlockingCounter::Wait``). The module's
+  ``orthogonal`` is rebound to jaxcredit's (:func:`jaxcredit.networks.orthogonal`): the same
+  matrices, drawn one seed at a time, so both engines initialise the same way.
 
 Its PPO is then timed with its own defaults (the ``config`` dict under ``__main__`` in ``ppo.py``).
 
@@ -209,6 +215,10 @@ def load_ppo(folder: pathlib.Path) -> tuple[types.ModuleType, dict]:
         else:
             sys.modules.pop("wrappers", None)
     ppo.gymnax = _gymnax_five_value_view()
+    if hasattr(ppo, "orthogonal"):
+        from jaxcredit import networks  # noqa: PLC0415
+
+        ppo.orthogonal = networks.orthogonal
     return ppo, default_config((folder / "ppo.py").read_text())
 
 
