@@ -12,15 +12,22 @@ from jaxcredit.xla_flags import configure_cpu_flags
 
 configure_cpu_flags()
 
-# LLVM at optimisation level 1 instead of XLA:CPU's default 2, for the workers and every command
-# they start: most of the suite's time is compiling small programs, and level 1 compiles them in
-# about 20-30% less time (measured on 2 cores: tests/test_agents.py's determinism checks 25.4 s
-# -> 19.2 s) while the few long learning checks run about as fast. It changes how the CPU code is
-# generated, not what it computes, up to float rounding (20 PPO updates on CartPole: 16 of 17
-# metrics bitwise equal to level 2's, the other within 1e-8). Users' runs keep XLA's default.
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_backend_optimization_level=1").strip()
+# Two compile-time flags for the workers and every command they start, because most of the
+# suite's time is XLA:CPU compiling small programs. Users' runs keep XLA's defaults.
+# - LLVM at optimisation level 1 instead of 2: tests/test_agents.py's determinism checks 25.4 s
+#   -> 19.2 s on 2 cores; 20 PPO updates on CartPole give 16 of 17 metrics bitwise equal to
+#   level 2's, the other within 1e-8.
+# - XLA's elemental IR emitters instead of its newer MLIR fusion emitters: at level 1 they
+#   compile a small PPO program in 1.6 s instead of 2.7 s, and tests/test_agents.py with
+#   tests/test_rudder.py in 48.6 s instead of 69.5 s (the whole suite on 2 workers: 496 s ->
+#   353 s, all passing). Their code runs about 30% slower (PPO CartPole, 64 envs), which the
+#   few long learning checks hardly feel, and at XLA's default level 2 they save no compile
+#   time, so they are no use to users' runs.
+# Both change how the CPU code is generated, not what it computes, up to float rounding.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=1", "--xla_cpu_use_fusion_emitters=false")
+for _flag in TEST_XLA_FLAGS:
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 # The suite compiles many programs more than once: the same engine in several test files (each
 # xdist worker is its own process), and again in every command a test starts as a subprocess.
