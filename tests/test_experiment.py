@@ -47,3 +47,18 @@ def test_publish_refuses_to_replace_without_force(tmp_path):
     assert not (results / "curves.png").exists()  # nothing copied when refused
     X.publish(out, results, ["table.md", "curves.png"], force=True)
     assert (results / "table.md").read_text() == "new" and (results / "curves.png").exists()
+
+
+def test_purejaxrl_dqn_bad_sources_are_one_line_errors(tmp_path, capsys):
+    """experiments/cartpole_baselines/purejaxrl_dqn.py: no PureJaxRL source, or one without
+    dqn.py, is one line and exit status 2 before anything trains."""
+    path = ROOT / "experiments" / "cartpole_baselines" / "purejaxrl_dqn.py"
+    spec = importlib.util.spec_from_file_location("experiment_purejaxrl_dqn", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    for argv, message in (([], "give one of --purejaxrl CHECKOUT or --purejaxrl-git DIR"),
+                          (["--purejaxrl", str(tmp_path)], "no purejaxrl/dqn.py there")):
+        assert module.main([*argv, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
