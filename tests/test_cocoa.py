@@ -25,6 +25,7 @@ from jaxcredit.agents import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams
 from jaxcredit.envs import tabular
 from jaxcredit.estimators import cocoa as C
+from jaxcredit.estimators import contribution as CO
 from jaxcredit.estimators import hca as H
 from jaxcredit.estimators import make_estimator
 from jaxcredit.types import Trajectory
@@ -163,6 +164,112 @@ def test_rewarded_pairs_give_the_all_pairs_credit_when_rewards_are_sparse():
         loss[pairs] = est.loss(params, traj, hp, KEY)[0]  # zero-reward pairs masked (default)
     np.testing.assert_allclose(credit["rewarded"], credit["all"], atol=1e-5)
     np.testing.assert_allclose(loss["rewarded"], loss["all"], rtol=1e-5)
+
+
+def test_future_group_sums_hand_case():
+    # Two groups over T = 5, an episode end at t = 2: sums stop there and restart after it.
+    v = jnp.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [0.0, 4.0], [5.0, 0.0]])
+    done = jnp.array([False, False, True, False, False])
+    g = CO.future_group_sums(v, done, 0.5)
+    # G_0 = v_1 + ½ v_2 (v_3, v_4 are in the next episode); G_1 = v_2; G_2 = 0 (its episode
+    # ends at 2); G_3 = v_4; G_4 = 0 (the window ends).
+    np.testing.assert_allclose(g, [[1.5, 2.0], [3.0, 0.0], [0.0, 0.0], [5.0, 0.0],
+                                   [0.0, 0.0]])
+
+
+def _random_window(seed, num_steps=11, num_envs=3, values=(0.0, 0.5, 1.0)):
+    """Random rewards from ``values``, random states and logits, episode ends of both kinds and
+    a non-zero critic (so the bootstrap tails r̃ = r + γ V enter at time-outs and the window's
+    end)."""
+    key = jax.random.split(jax.random.key(seed), 7)
+    shape = (num_steps, num_envs)
+    reward = jnp.asarray(values)[jax.random.randint(key[0], shape, 0, len(values))]
+    reward = jnp.where(jax.random.bernoulli(key[1], 0.5, shape), reward, 0.0)
+    state = jax.random.randint(key[2], shape, 0, 4)
+    traj = _hand_trajectory(reward, action=jax.random.randint(key[3], shape, 0, 2), state=state)
+    terminated = jax.random.bernoulli(key[4], 0.15, shape)
+    truncated = jax.random.bernoulli(key[5], 0.15, shape) & ~terminated
+    return traj.replace(logits=jax.random.normal(key[6], shape + (2,)), terminated=terminated,
+                        truncated=truncated,
+                        next_value=jax.random.normal(key[6], shape))
+
+
+@pytest.mark.parametrize("model", ["mlp", "hypernet", "tabular"])
+def test_grouped_pairs_give_the_all_pairs_credit_and_loss(model):
+    hp = Hparams.create(gamma=0.9, lambda_=0.9)
+    for seed in range(3):
+        traj = _random_window(seed)
+        credit, loss = {}, {}
+        for pairs in ("all", "grouped"):
+            for mask in (True, False):
+                est = make_estimator("cocoa_reward", reward_values="0,0.5,1", hidden=8,
+                                     pairs=pairs, model=model, num_states=4,
+                                     mask_zero_reward_loss=mask)
+                params = est.init(jax.random.key(4), traj)
+                # A non-trivial model: perturb the zero-initialised output layer.
+                params = jax.tree.map(
+                    lambda p: p + 0.5 * jax.random.normal(jax.random.key(5), p.shape), params)
+                credit[pairs] = est.assign(params, traj, hp, KEY).advantage
+                loss[pairs, mask] = est.loss(params, traj, hp, KEY)[0]
+        np.testing.assert_allclose(credit["grouped"], credit["all"], atol=1e-5)
+        for mask in (True, False):
+            np.testing.assert_allclose(loss["grouped", mask], loss["all", mask], rtol=1e-5)
+
+
+def test_grouped_pairs_with_exact_coefficients_match_all_pairs():
+    env, env_params = envs.make("KeyToDoor", length=6)
+    truth = gt_lib.make_ground_truth(env, env_params, need_return_law=False,
+                                     need_reward_values=True)
+    mdp = truth.mdp()
+    pi = tabular.softmax_policy(jax.random.normal(jax.random.key(1),
+                                                  (mdp.num_states, mdp.num_actions)))
+    params = gt_lib.exact_model_params("reward_hindsight", truth, mdp, pi, 1.0)
+    batch = P.sample_episodes(mdp, pi, jax.random.key(2), 16, 8, truth.reward_values)
+    traj = P.episodes_to_trajectory(mdp, pi, batch, jnp.zeros(mdp.num_states))
+    credit = {pairs: make_estimator("cocoa_reward", env=env, pairs=pairs, model="oracle")
+              .assign(params, traj, HP, KEY).advantage for pairs in ("all", "grouped")}
+    np.testing.assert_allclose(credit["grouped"], credit["all"], atol=1e-5)
+
+
+def test_hypernet_hindsight_hand_cases():
+    num_actions = 3
+    model = C.hypernet_hindsight(obs_ndim=1, hidden=4)
+    obs, u = jnp.ones((1, 2)), jnp.eye(2)[:1]
+    params = model.init(jax.random.key(0), obs, num_actions, u)
+    pi = jnp.array([0.5, 0.3, 0.2])
+
+    def log_h(gate_plus):
+        # ℓ = 0 and G = relu_gate(bias) = gate_plus: the output layers read only their biases.
+        p = jax.tree.map(lambda x: x, params)
+        inner = dict(p["params"])
+        inner["out"] = {"kernel": jnp.zeros_like(inner["out"]["kernel"]),
+                        "bias": jnp.zeros_like(inner["out"]["bias"])}
+        bias = jnp.concatenate([gate_plus.reshape(-1), jnp.zeros(gate_plus.size)])
+        inner["gate"] = {"kernel": jnp.zeros_like(inner["gate"]["kernel"]), "bias": bias}
+        p = {"params": inner}
+        logits = model.pair_logits(p, model.source(p, obs), model.target(p, u, None),
+                                   jnp.log(pi)[None])
+        return jax.nn.log_softmax(logits)[0]
+
+    eye = jnp.eye(num_actions)
+    zero = jnp.zeros((num_actions, num_actions))
+    # G = 0: h = π (the policy's own prediction).
+    np.testing.assert_allclose(jnp.exp(log_h(jnp.concatenate([zero, zero], 1))), pi, atol=1e-6)
+    # G = [I, 0]: logits 2 log π, h = π² / Σ π² = (0.25, 0.09, 0.04) / 0.38.
+    np.testing.assert_allclose(jnp.exp(log_h(jnp.concatenate([eye, zero], 1))),
+                               np.array([0.25, 0.09, 0.04]) / 0.38, atol=1e-6)
+    # G = [0, I]: logits log π + log(1 − π), h ∝ π(1 − π) = (0.25, 0.21, 0.16) / 0.62.
+    np.testing.assert_allclose(jnp.exp(log_h(jnp.concatenate([zero, eye], 1))),
+                               np.array([0.25, 0.21, 0.16]) / 0.62, atol=1e-6)
+    # relu_gate: relu of the first half minus relu of the second.
+    np.testing.assert_allclose(C.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5])), [-2.0, -0.5])
+
+
+def test_grouped_pairs_need_an_object_with_values():
+    with pytest.raises(ValueError, match="grouped"):
+        make_estimator("hca_state", pairs="grouped")
+    with pytest.raises(ValueError, match="grouped"):
+        make_estimator("cocoa_feature", pairs="grouped")
 
 
 # ---------------------------------------------------------------------------------------------

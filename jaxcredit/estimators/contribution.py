@@ -28,6 +28,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Optional
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -55,11 +56,16 @@ class HindsightObject:
       init: ``init(key, trajectory) -> params`` of a learned object (None: no parameters).
       loss: ``loss(params, trajectory) -> (scalar, metrics)`` of a learned object; it is added
         to the hindsight model's cross-entropy (the object sees no gradient of the latter).
+      groups: for an object with a finite set of U values (a reward value),
+        ``groups(params, trajectory) -> (index [T, N], u [U, ...], r [U])``: each step's value
+        index, and every value as the model's ``target`` reads it (u and its reward). It makes
+        ``pairs="grouped"`` possible: the pair sums grouped by value, exact in O(T·U).
     """
 
     apply: Callable[[Any, Trajectory], Array]
     init: Optional[Callable[[Array, Trajectory], Any]] = None
     loss: Optional[Callable[[Any, Trajectory], tuple[Array, dict]]] = None
+    groups: Optional[Callable[[Any, Trajectory], tuple[Array, Array, Array]]] = None
 
 
 def observation_object(oracle: bool) -> HindsightObject:
@@ -75,9 +81,34 @@ def flat(trajectory: Trajectory) -> Trajectory:
         lambda x: jnp.reshape(x, (x.shape[0], n) + x.shape[1 + len(batch):]), trajectory)
 
 
+def future_group_sums(values: Array, done: Array, gamma) -> Array:
+    """G_t = Σ_{k>t, same episode} γ^{k−t−1} v_k for every step, by one reverse scan.
+
+        G_t = (1 − done_t) (v_{t+1} + γ G_{t+1}),   G_{T−1} = 0,
+
+    so a sum stops at the first episode end (terminated or truncated) at or after t, and at the
+    window's end. ``values`` ``[T, *b, U]`` (per-step contributions to U groups), ``done``
+    ``[T, *b]``; returns ``[T, *b, U]``. With v_k = 1[u_k = u] r_k it gives COCOA's pair sum
+    grouped by the value u of the later step's object: Σ_{k>t} γ^{k−t} (w(s_t,a,u_k) − 1) r_k =
+    Σ_u (w(s_t,a,u) − 1) γ G_t(u).
+    """
+    chex.assert_rank(values, done.ndim + 1)
+    chex.assert_equal_shape_prefix([values, done], done.ndim)
+    keep = (1.0 - done.astype(values.dtype))[..., None]
+
+    def step(later, inputs):
+        v_next, keep_t = inputs
+        g = keep_t * (v_next + gamma * later)
+        return g, g
+
+    nxt = jnp.concatenate([values[1:], jnp.zeros_like(values[:1])])
+    _, g = jax.lax.scan(step, jnp.zeros_like(values[0]), (nxt, keep), reverse=True)
+    return g
+
+
 def check_pair_options(pairs: str, num_pairs: int, chunk: int) -> None:
     """One-line ValueErrors for the pair options shared by every pairwise estimator."""
-    check_choice("pairs", pairs, PAIR_MODES)
+    check_choice("pairs", pairs, PAIR_MODES + ("grouped",))
     for name, value in (("num_pairs", num_pairs), ("chunk", chunk)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -109,7 +140,10 @@ def pairwise_estimator(
         "rewarded" (only later steps with a non-zero reward, all of them where there are at
         most ``num_pairs``, else ``num_pairs`` drawn uniformly and importance-weighted:
         ``hca.rewarded_pair_offsets``; the credit is unchanged in expectation, and so is the
-        loss when zero-reward pairs are masked).
+        loss when zero-reward pairs are masked), or "grouped" (an object with a finite set of
+        values, ``HindsightObject.groups``: the later steps summed by the value of their object,
+        Σ_{k>t} γ^{k−t} (w(s_t,a,u_k) − 1) r̃_k = Σ_u (w(s_t,a,u) − 1) Σ_{k>t, u_k=u} γ^{k−t} r̃_k,
+        and the loss weighted by the same counts: the "all" numbers exactly, in O(T·U)).
       num_pairs, chunk: sampled offsets per step; rows t per chunk (memory).
       bootstrap: fold γ V(final obs) into the reward at window ends and time-outs (credit beyond
         the window then goes through the hindsight of the last step's object: an approximation).
@@ -120,6 +154,10 @@ def pairwise_estimator(
       make_oracle: builds the oracle twin (None for an oracle or where none exists).
     """
     learned_object = hindsight_object.init is not None
+    grouped = pairs == "grouped"
+    if grouped and hindsight_object.groups is None:
+        raise ValueError(f"{name}: pairs='grouped' needs a hindsight object with a finite set "
+                         f"of values (cocoa_reward's reward value); use all, sampled or rewarded")
 
     def split(params):
         """(hindsight model params, object params)."""
@@ -164,6 +202,35 @@ def pairwise_estimator(
                             in_axes=(0, 1))(keys, r)
         return jax.vmap(lambda kk: sampled_pair_offsets(kk, num_steps, k))(keys)
 
+    def group_log_hindsight(net, params, tr: Trajectory):
+        """log h(·|s_t, u) at every value u of the object: ``[T, N, U, A]``, with each step's
+        value index ``[T, N]``."""
+        model_params, object_params = split(params)
+        index, u, r = hindsight_object.groups(object_params, tr)
+        source = net.source(model_params, tr.state if oracle else tr.obs)  # [T, N, ...]
+        target = net.target(model_params, u, r)                             # [U, ...]
+        logits = net.pair_logits(model_params, source[:, :, None], target[None, None],
+                                 tr.logits[:, :, None])
+        return jax.nn.log_softmax(logits), index, r.shape[0]
+
+    def grouped_future_credit(net, params, tr: Trajectory, r: Array, gamma) -> Array:
+        log_h, index, num_values = group_log_hindsight(net, params, tr)
+        # γ G_t(u) = Σ_{k>t, same episode, u_k = u} γ^{k−t} r̃_k.
+        later = gamma * future_group_sums(
+            jax.nn.one_hot(index, num_values, dtype=r.dtype) * r[..., None], tr.done, gamma)
+        log_pi = jax.nn.log_softmax(tr.logits)[:, :, None]
+        return jnp.einsum("tnu,tnua->tna", later, jnp.exp(log_h - log_pi) - 1.0)
+
+    def grouped_loss(net, params, tr: Trajectory, r: Array, gamma):
+        log_h, index, num_values = group_log_hindsight(net, params, tr)
+        counted = r != 0 if mask_zero_reward_loss else jnp.ones_like(r, bool)
+        # C_t(u) = Σ_{k>t, same episode, u_k = u} γ^{k−t−1}: the pair weights of the loss.
+        weight = future_group_sums(
+            jax.nn.one_hot(index, num_values, dtype=r.dtype) * counted[..., None], tr.done,
+            gamma)
+        ce = -jnp.take_along_axis(log_h, tr.action[:, :, None, None], axis=-1)[..., 0]
+        return (weight * ce).sum(), weight.sum()
+
     def assign(params, trajectory: Trajectory, hparams, key) -> Credit:
         tr = flat(trajectory)
         net = build_model(tr)
@@ -172,13 +239,16 @@ def pairwise_estimator(
         pi, pi_a = behaviour_policy(tr)
         taken = jax.nn.one_hot(tr.action, pi.shape[-1], dtype=pi.dtype)
         immediate = (taken / pi_a[..., None] - 1.0) * r[..., None]
-        model_params, src, tgt = features(net, params, tr)
-        offsets, scale = pair_plan(tr, r, key, pairs, num_pairs)
-        future = jax.vmap(
-            lambda s, g, lg, rr, ep, off, sc: state_hca_future_credit(
-                net, model_params, s, g, lg, rr, ep, gamma, off, sc, chunk),
-            in_axes=(1, 1, 1, 1, 1, 0, 0), out_axes=1,
-        )(src, tgt, tr.logits, r, episode_index(tr.done), offsets, scale)
+        if grouped:
+            future = grouped_future_credit(net, params, tr, r, gamma)
+        else:
+            model_params, src, tgt = features(net, params, tr)
+            offsets, scale = pair_plan(tr, r, key, pairs, num_pairs)
+            future = jax.vmap(
+                lambda s, g, lg, rr, ep, off, sc: state_hca_future_credit(
+                    net, model_params, s, g, lg, rr, ep, gamma, off, sc, chunk),
+                in_axes=(1, 1, 1, 1, 1, 0, 0), out_axes=1,
+            )(src, tgt, tr.logits, r, episode_index(tr.done), offsets, scale)
         advantage = jnp.reshape(immediate + future, trajectory.logits.shape)
         return Credit(
             advantage=jax.lax.stop_gradient(advantage),
@@ -192,14 +262,17 @@ def pairwise_estimator(
         net = build_model(tr)
         gamma = hparams.gamma
         r = tilde_reward(tr, gamma)
-        model_params, src, tgt = features(net, params, tr)
-        offsets, scale = pair_plan(tr, r, key, pairs, num_pairs)
-        ce, w = jax.vmap(
-            lambda s, g, lg, a, rr, ep, off, sc: state_hca_pair_loss(
-                net, model_params, s, g, lg, a, rr, ep, gamma, off, sc, chunk,
-                mask_zero_reward_loss),
-            in_axes=(1, 1, 1, 1, 1, 1, 0, 0),
-        )(src, tgt, tr.logits, tr.action, r, episode_index(tr.done), offsets, scale)
+        if grouped:
+            ce, w = grouped_loss(net, params, tr, r, gamma)
+        else:
+            model_params, src, tgt = features(net, params, tr)
+            offsets, scale = pair_plan(tr, r, key, pairs, num_pairs)
+            ce, w = jax.vmap(
+                lambda s, g, lg, a, rr, ep, off, sc: state_hca_pair_loss(
+                    net, model_params, s, g, lg, a, rr, ep, gamma, off, sc, chunk,
+                    mask_zero_reward_loss),
+                in_axes=(1, 1, 1, 1, 1, 1, 0, 0),
+            )(src, tgt, tr.logits, tr.action, r, episode_index(tr.done), offsets, scale)
         value = ce.sum() / jnp.maximum(w.sum(), 1e-8)
         metrics = {"hindsight_loss": value, "hindsight_pairs": w.sum()}
         if learned_object and hindsight_object.loss is not None:
