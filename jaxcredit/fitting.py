@@ -99,17 +99,21 @@ def init_fit_state(params: Any, example: Trajectory, schedule: FitSchedule) -> F
                      buffer=buffer, filled=jnp.zeros((), jnp.int32))
 
 
-def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float):
+def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float, weight_decay=0.0):
     """One Adam step after global grad-norm clipping: ``(params, opt_state, grad_norm)``.
 
-    Written out rather than as an optax chain because ``lr`` and ``max_grad_norm`` are traced
-    hyper-parameters (a vmapped sweep gives every member its own).
+        θ ← θ − lr · (adam(clip(g)) + weight_decay · θ)
+
+    With ``weight_decay > 0`` this is AdamW (Loshchilov & Hutter 2019: the decay is decoupled
+    from the gradient's moments, as ``optax.adamw``); ``max_grad_norm = inf`` is no clipping.
+    Written out rather than as an optax chain because ``lr``, ``max_grad_norm`` and
+    ``weight_decay`` are traced hyper-parameters (a vmapped sweep gives every member its own).
     """
     grad_norm = optax.global_norm(grads)
     scale = jnp.minimum(1.0, max_grad_norm / jnp.maximum(grad_norm, 1e-12))
     grads = jax.tree.map(lambda g: g * scale, grads)
     direction, opt_state = optax.scale_by_adam(eps=eps).update(grads, opt_state)
-    params = jax.tree.map(lambda p, d: p - lr * d, params, direction)
+    params = jax.tree.map(lambda p, d: p - lr * (d + weight_decay * p), params, direction)
     return params, opt_state, grad_norm
 
 
@@ -133,8 +137,10 @@ def _data(fit: FitState, fresh: Trajectory) -> tuple[Trajectory, Array]:
 
 def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, lr: Array,
         max_grad_norm: Array, key: Array, schedule: FitSchedule,
-        sample: Optional[Callable[[Array], Any]] = None) -> tuple[FitState, dict]:
-    """``schedule.steps`` Adam steps of ``loss_fn`` on minibatches of whole windows.
+        sample: Optional[Callable[[Array], Any]] = None,
+        weight_decay: Any = 0.0) -> tuple[FitState, dict]:
+    """``schedule.steps`` Adam steps of ``loss_fn`` on minibatches of whole windows (AdamW with
+    ``weight_decay > 0``; no clipping with ``max_grad_norm = inf``).
 
     With ``sample`` (``key -> batch``, a stage with a memory of its own, such as a buffer of
     whole episodes), every step fits the batch ``sample`` draws instead; ``minibatches`` and
@@ -163,7 +169,7 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, batch, hparams, loss_key)
         params, opt_state, grad_norm = adam_step(params, opt_state, grads, lr, max_grad_norm,
-                                                 MODEL_ADAM_EPS)
+                                                 MODEL_ADAM_EPS, weight_decay)
         return (params, opt_state), (loss, grad_norm, metrics)
 
     params, opt_state = fit_state.params, fit_state.opt_state

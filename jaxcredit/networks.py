@@ -100,24 +100,47 @@ class MLP(nn.Module):
         )(x)
 
 
+def epsilon_mixture(logits: jax.Array, epsilon: float) -> jax.Array:
+    """log π_ε = log((1 − ε) softmax(z) + ε / A): the policy mixed with the uniform one.
+
+    The exploration policy of COCOA's code (``policy_gradient.py``): every action keeps a
+    probability of at least ε/A, so a rarely chosen action (the key) is still tried and the data
+    that would correct a credit model about it keep coming. Returned as normalised log-probs
+    (logits of the mixture); differentiable in z.
+    """
+    num_actions = logits.shape[-1]
+    log_pi = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jnp.logaddexp(jnp.log1p(-epsilon) + log_pi, jnp.log(epsilon / num_actions))
+
+
 class ActorCritic(nn.Module):
     """Categorical policy logits and a state value from two separate MLP towers.
 
     ``apply(params, obs)`` returns ``(logits [..., A], value [...])``; ``method=ActorCritic.policy``
-    and ``method=ActorCritic.value`` evaluate one tower only.
+    and ``method=ActorCritic.value`` evaluate one tower only. With ``epsilon > 0`` the policy is
+    the ε-mixture :func:`epsilon_mixture` of the actor's softmax (acting, the stored log-probs,
+    the objective and the exact models all read it); ``method=ActorCritic.target_policy`` is
+    the actor's softmax alone (what evaluation plays). ``epsilon = 0`` leaves the logits as the
+    actor computes them.
     """
 
     num_actions: int
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     obs_ndim: int = 1
+    epsilon: float = 0.0
 
     def setup(self):
         self.actor = MLP(self.hidden_sizes, self.num_actions, self.activation, 0.01, self.obs_ndim)
         self.critic = MLP(self.hidden_sizes, 1, self.activation, 1.0, self.obs_ndim)
 
     def policy(self, obs: jax.Array) -> jax.Array:
-        """Logits of π(· | s)."""
+        """Logits of the behaviour policy π(· | s) (the ε-mixture when ``epsilon > 0``)."""
+        logits = self.actor(obs)
+        return epsilon_mixture(logits, self.epsilon) if self.epsilon > 0 else logits
+
+    def target_policy(self, obs: jax.Array) -> jax.Array:
+        """Logits of the actor's own softmax policy, without the exploration mixture."""
         return self.actor(obs)
 
     def value(self, obs: jax.Array) -> jax.Array:

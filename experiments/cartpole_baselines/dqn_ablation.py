@@ -74,7 +74,7 @@ def switched_on(differences: tuple[str, ...]):
 
     # The host loop keeps one engine per config; a patched variant must build its own.
     host_loop._engine.cache_clear()
-    saved = (dqn.QNetwork, dqn.ADAM_EPS, replay.Replay.add)
+    saved = (dqn.QNetwork, replay.Replay.add)
     if "orthogonal" in differences:
         class OrthogonalQNetwork(nn.Module):
             num_actions: int
@@ -89,8 +89,6 @@ def switched_on(differences: tuple[str, ...]):
                                     self.obs_ndim, init="orthogonal")(obs)
 
         dqn.QNetwork = OrthogonalQNetwork
-    if "adam_eps" in differences:
-        dqn.ADAM_EPS = 1e-8
     if "truncation" in differences:
         add = replay.Replay.add
 
@@ -102,7 +100,7 @@ def switched_on(differences: tuple[str, ...]):
         replay.Replay.add = add_with_limit_as_termination
 
     def undo():
-        dqn.QNetwork, dqn.ADAM_EPS, replay.Replay.add = saved
+        dqn.QNetwork, replay.Replay.add = saved
         host_loop._engine.cache_clear()
 
     return undo
@@ -126,6 +124,8 @@ def main(argv=None) -> int:
             config = dataclasses.replace(config, estimator="q_learning")
         if "no_clip" in differences:
             hparams["max_grad_norm"] = 1e9
+        if "adam_eps" in differences:
+            config = dataclasses.replace(config, adam_eps=1e-8)
         folder = f"variant{i}"
         undo = switched_on(differences)
         try:

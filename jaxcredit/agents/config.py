@@ -115,6 +115,12 @@ class TrainConfig:
     """standardise per-step advantages per minibatch (default: ppo only)"""
     clip_value_loss: Optional[bool] = None
     """PPO-style clipped value loss (default: ppo only)"""
+    policy_epsilon: float = 0.0
+    """ε of the exploration mixture π_ε = (1 − ε)·softmax + ε/A, used for acting, the stored
+    log-probs, the objective and the exact credit models (COCOA: 0.05); evaluation plays the
+    softmax policy"""
+    adam_eps: float = 1e-5
+    """ε of the agent's Adam (PureJaxRL and CleanRL: 1e-5; optax's default and COCOA: 1e-8)"""
     estimator_fit_steps: int = 4
     """optimiser steps that fit a learned estimator's model per update"""
     estimator_fit_minibatches: int = 1
@@ -185,6 +191,10 @@ class TrainConfig:
             raise ValueError(f"eval_every must be a non-negative integer, got {self.eval_every!r}")
         if self.eval_max_steps is not None and self.eval_max_steps <= 0:
             raise ValueError(f"eval_max_steps must be positive, got {self.eval_max_steps!r}")
+        if not 0.0 <= self.policy_epsilon < 1.0:
+            raise ValueError(f"policy_epsilon must lie in [0, 1), got {self.policy_epsilon!r}")
+        if not self.adam_eps > 0:
+            raise ValueError(f"adam_eps must be positive, got {self.adam_eps!r}")
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}")
         activation_fn(self.activation)  # raises on an unknown name
@@ -301,15 +311,21 @@ class Hparams:
     clip_eps: Any = 0.2
     """PPO's ratio clip ε (also the value-clip range); unused by pg"""
     max_grad_norm: Any = 0.5
-    """the agent's global gradient-norm clip"""
+    """the agent's global gradient-norm clip (inf: no clipping)"""
+    weight_decay: Any = 0.0
+    """the agent's decoupled weight decay (> 0: AdamW; optax.adamw's default and COCOA: 1e-4)"""
     estimator_lr: Any = 1e-3
     """Adam learning rate of a learned estimator's model (its own optimiser)"""
     estimator_max_grad_norm: Any = 1.0
-    """global gradient-norm clip of a learned estimator's model"""
+    """global gradient-norm clip of a learned estimator's model (inf: no clipping)"""
+    estimator_weight_decay: Any = 0.0
+    """decoupled weight decay of a learned estimator's model (> 0: AdamW)"""
     redistributor_lr: Any = 1e-3
     """Adam learning rate of a learned redistributor's model"""
     redistributor_max_grad_norm: Any = 1.0
-    """global gradient-norm clip of a learned redistributor's model"""
+    """global gradient-norm clip of a learned redistributor's model (inf: no clipping)"""
+    redistributor_weight_decay: Any = 0.0
+    """decoupled weight decay of a learned redistributor's model (> 0: AdamW)"""
     epsilon_start: Any = 1.0
     """dqn: ε of ε-greedy acting at the first update"""
     epsilon_end: Any = 0.05
@@ -337,7 +353,10 @@ FIELDS = tuple(f.name for f in dataclasses.fields(Hparams))
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hparams)}
 POSITIVE = ("lr", "max_grad_norm", "estimator_lr", "estimator_max_grad_norm", "redistributor_lr",
             "redistributor_max_grad_norm")
-NON_NEGATIVE = ("ent_coef", "vf_coef", "clip_eps")
+NON_NEGATIVE = ("ent_coef", "vf_coef", "clip_eps", "weight_decay", "estimator_weight_decay",
+                "redistributor_weight_decay")
+# Gradient-norm clips may be +inf: no clipping.
+MAY_BE_INFINITE = ("max_grad_norm", "estimator_max_grad_norm", "redistributor_max_grad_norm")
 UNIT_INTERVAL = {"gamma": "gamma", "lambda_": "lambda", "epsilon_start": "epsilon_start",
                  "epsilon_end": "epsilon_end"}
 UNIT_INTERVAL_POSITIVE = ("epsilon_fraction", "tau")
@@ -354,8 +373,9 @@ def validate_hparams(hp: Hparams) -> None:
         return np.atleast_1d(np.asarray(jax.device_get(getattr(hp, name)), np.float64))
 
     for name in FIELDS:
-        if not np.all(np.isfinite(values(name))):
-            raise ValueError(f"{name} must be finite, got {_shown(values(name))}")
+        v = values(name)
+        if not np.all(np.isfinite(v) | ((v == np.inf) & (name in MAY_BE_INFINITE))):
+            raise ValueError(f"{name} must be finite, got {_shown(v)}")
     for name, shown in UNIT_INTERVAL.items():
         v = values(name)
         if np.any((v < 0) | (v > 1)):

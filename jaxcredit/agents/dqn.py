@@ -43,7 +43,7 @@ from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.replay import Replay, Step, as_trajectory, make_replay
 from jaxcredit.agents.rollout import EnvRunner, reset_runner, rollout
 from jaxcredit.agents.state import AgentState
-from jaxcredit.agents.train import (ADAM_EPS, DEFAULT_EVAL_MAX_STEPS, EngineRuns,
+from jaxcredit.agents.train import (DEFAULT_EVAL_MAX_STEPS, EngineRuns,
                                     _discrete_actions, _episode_horizon, _strong,
                                     make_environment)
 from jaxcredit.envs.goals import goal_env, success_fn
@@ -167,7 +167,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
                        next_obs=obs, achieved_goal=None if goals is None
                        else goals.achieved_goal(obs))
         state = DQNState(
-            agent=AgentState(params, optax.scale_by_adam(eps=ADAM_EPS).init(params)),
+            agent=AgentState(params, optax.scale_by_adam(eps=config.adam_eps).init(params)),
             target_params=jax.tree.map(jnp.copy, params), replay=replay.init(example),
             runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32))
         return jax.tree.map(_strong, state)
@@ -212,7 +212,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         grads, loss_metrics = jax.grad(q_loss, has_aux=True)(
             state.agent.params, rows.obs[0], rows.action[0], target, hparams)
         params, opt_state, grad_norm = adam_step(state.agent.params, state.agent.opt_state,
-                                                 grads, lr, hparams.max_grad_norm, ADAM_EPS)
+                                                 grads, lr, hparams.max_grad_norm, config.adam_eps,
+                                                 hparams.weight_decay)
         metrics.update(loss_metrics, grad_norm=grad_norm,
                        reward_mean=jnp.mean(rows.reward[0]))
         return AgentState(params, opt_state), metrics

@@ -128,9 +128,13 @@ def make_ground_truth(env: Any, env_params: Any, need_return_law: bool,
                        reward_values=reward_values, reward_values_error=values_error)
 
 
-def policy_table(network: ActorCritic, agent_params: Any, mdp: tabular.TabularMDP) -> Array:
-    """π[s, a] = softmax(f_θ(o(s)))[a] for every state of the tabular MDP."""
-    logits = network.apply(agent_params, mdp.observation, method=ActorCritic.policy)
+def policy_table(network: ActorCritic, agent_params: Any, mdp: tabular.TabularMDP,
+                 behaviour: bool = True) -> Array:
+    """π[s, a] = softmax(f_θ(o(s)))[a] for every state of the tabular MDP: the behaviour policy
+    (with the network's exploration mixture, what the data and the exact credit models follow),
+    or with ``behaviour=False`` the target policy that evaluation plays."""
+    method = ActorCritic.policy if behaviour else ActorCritic.target_policy
+    logits = network.apply(agent_params, mdp.observation, method=method)
     return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
 
 

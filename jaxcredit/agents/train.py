@@ -62,8 +62,6 @@ from jaxcredit.types import Credit, Trajectory
 Array = jax.Array
 Metrics = dict[str, Array]
 
-# Adam's ε as in PureJaxRL / CleanRL PPO (1e-5 rather than optax's 1e-8).
-ADAM_EPS = 1e-5
 # Evaluation episodes are cut here when the environment states no time limit.
 DEFAULT_EVAL_MAX_STEPS = 1000
 
@@ -229,7 +227,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                          f"environment with exact ground truth; {config.env!r} has none")
     obs_shape = tuple(env.observation_space(env_params).shape)
     network = ActorCritic(num_actions, config.hidden_sizes, config.activation,
-                          obs_ndim=max(len(obs_shape), 1))
+                          obs_ndim=max(len(obs_shape), 1), epsilon=config.policy_epsilon)
     T, N = config.num_steps, config.num_envs
     M, E = config.num_minibatches, config.update_epochs
     state_index = reference_index
@@ -265,7 +263,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         rd_memory = (redistributor.init_memory(example)
                      if redistributor is not None and redistributor.init_memory else None)
         state = TrainState(
-            agent=AgentState(agent_params, optax.scale_by_adam(eps=ADAM_EPS).init(agent_params)),
+            agent=AgentState(agent_params,
+                             optax.scale_by_adam(eps=config.adam_eps).init(agent_params)),
             estimator=init_fit_state(est_params, example, config.estimator_fit)
             if estimator.learned else FitState(est_params, {}),
             redistributor=(init_fit_state(rd_params, example, config.redistribute_fit)
@@ -334,7 +333,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                     redistributor.loss, rd_state, traj, hparams,
                     hparams.redistributor_lr * lr_scale(state, config.redistribute_anneal_lr),
                     hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute_fit,
-                    sample)
+                    sample, hparams.redistributor_weight_decay)
                 metrics.update({f"redistribute/{k}": v for k, v in fit_metrics.items()})
             original = traj
             rd_params = rd_state.params
@@ -362,7 +361,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                 est_state, fit_metrics = fit(
                     estimator.loss, est_state, traj, hparams,
                     hparams.estimator_lr * lr_scale(state, config.estimator_anneal_lr),
-                    hparams.estimator_max_grad_norm, est_fit_key, config.estimator_fit)
+                    hparams.estimator_max_grad_norm, est_fit_key, config.estimator_fit,
+                    weight_decay=hparams.estimator_weight_decay)
                 metrics.update({f"estimator/{k}": v for k, v in fit_metrics.items()})
             params = est_state.params
         credit = jax.lax.stop_gradient(estimator.assign(params, traj, hparams, est_key))
@@ -394,7 +394,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                 grads, metrics = jax.grad(minibatch_loss, has_aux=True)(
                     params, mb, mb_credit, hparams)
                 params, opt_state, grad_norm = adam_step(
-                    params, opt_state, grads, lr, hparams.max_grad_norm, ADAM_EPS)
+                    params, opt_state, grads, lr, hparams.max_grad_norm, config.adam_eps,
+                    hparams.weight_decay)
                 return (params, opt_state), {**metrics, "grad_norm": grad_norm}
 
             return jax.lax.scan(minibatch, carry, batches)
@@ -436,15 +437,15 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         key = jax.random.fold_in(state.eval_key, state.update)
         play_key, window_key, pair_key = jax.random.split(key, 3)
 
-        def policy(obs):
-            return network.apply(state.agent.params, obs, method=ActorCritic.policy)
+        def policy(obs):  # the target policy: no exploration mixture
+            return network.apply(state.agent.params, obs, method=ActorCritic.target_policy)
 
         played = play_episodes(env, env_params, policy, play_key, config.eval_episodes,
                                eval_steps, success)
         metrics = {f"eval/{k}": v for k, v in played.items()}
         if reference is not None:
             mdp = reference.mdp()
-            pi = gt_lib.policy_table(network, state.agent.params, mdp)
+            pi = gt_lib.policy_table(network, state.agent.params, mdp, behaviour=False)
             metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
             metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
         if exact_twin is not None:

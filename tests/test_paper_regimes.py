@@ -1,0 +1,150 @@
+"""The engine features the papers' own training regimes need, for every on-policy learner:
+
+1. the ε-mixture exploration policy π_ε = (1 − ε)·softmax + ε/A (COCOA): a hand case, and in the
+   engine it is what acts, what the stored log-probs and the exact models read, while
+   evaluation plays the softmax policy;
+2. AdamW (decoupled weight decay) and no gradient clipping, for the agent and for a fitted
+   credit model, against optax's own ``adamw`` and ``adam``;
+3. Hparams accept ``inf`` as "no clipping" and still reject it elsewhere.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxcredit.agents import Hparams, TrainConfig, make_engine
+from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.fitting import FitSchedule, adam_step, fit, init_fit_state
+from jaxcredit.networks import ActorCritic, epsilon_mixture
+from jaxcredit.types import Trajectory
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The ε-mixture
+# ---------------------------------------------------------------------------------------------
+
+
+def test_epsilon_mixture_hand_case():
+    logits = jnp.log(jnp.array([[0.7, 0.3], [1.0, 1e-30]]))
+    # (1 − 0.2)·(0.7, 0.3) + 0.1 = (0.66, 0.34); a deterministic policy keeps ε/A = 0.1.
+    np.testing.assert_allclose(jnp.exp(epsilon_mixture(logits, 0.2)),
+                               [[0.66, 0.34], [0.9, 0.1]], atol=1e-6)
+    # ε = 0 is the softmax itself.
+    np.testing.assert_allclose(jnp.exp(epsilon_mixture(logits, 0.0)), jnp.exp(logits), atol=1e-7)
+
+
+def _key_to_door_engine(**overrides):
+    settings = dict(algo="a2c", env="KeyToDoor", env_options=(("length", 6),), num_envs=4,
+                    num_steps=6, total_timesteps=4 * 6 * 2, eval_every=1, eval_episodes=4)
+    config = TrainConfig(**{**settings, **overrides})
+    return make_engine(config)
+
+
+def test_epsilon_mixture_acts_and_is_read_by_the_exact_models_not_by_evaluation():
+    eps = 0.3
+    engine = _key_to_door_engine(policy_epsilon=eps)
+    state = engine.init(jax.random.key(0))
+    hp = Hparams.create(gamma=1.0)
+    # Make the actor's softmax nearly deterministic: only the mixture keeps every action.
+    params = jax.tree.map(lambda x: 30.0 * x, state.agent.params)
+    state = state.replace(agent=state.agent.replace(params=params))
+    window = engine.collect(state, hp, jax.random.key(1))
+    pi_stored = jax.nn.softmax(window.trajectory.logits)
+    num_actions = pi_stored.shape[-1]
+    assert float(pi_stored.min()) >= eps / num_actions - 1e-6
+    mdp = engine.ground_truth.mdp()
+    behaviour = gt_lib.policy_table(engine.network, params, mdp)
+    target = gt_lib.policy_table(engine.network, params, mdp, behaviour=False)
+    np.testing.assert_allclose(behaviour, (1 - eps) * target + eps / num_actions, atol=1e-5)
+    # The stored log-probs are the behaviour policy's at the visited states.
+    np.testing.assert_allclose(pi_stored, behaviour[window.trajectory.state], atol=1e-5)
+    # Evaluation reports the target policy's exact return and task metrics.
+    metrics = engine.evaluate(state, hp)
+    np.testing.assert_allclose(metrics["eval/exact_return"],
+                               gt_lib.exact_return(engine.ground_truth, mdp, target), rtol=1e-5)
+
+
+def test_the_objective_differentiates_through_the_mixture():
+    net = ActorCritic(3, (8,), epsilon=0.1)
+    obs = jnp.ones((2, 4))
+    params = net.init(jax.random.key(0), obs)
+    logits, _ = net.apply(params, obs)
+    np.testing.assert_allclose(
+        logits, epsilon_mixture(net.apply(params, obs, method=ActorCritic.target_policy), 0.1),
+        atol=1e-6)
+    grad = jax.grad(lambda p: jnp.exp(net.apply(p, obs)[0])[:, 0].sum())(params)
+    assert float(optax.global_norm(grad)) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. AdamW and no clipping
+# ---------------------------------------------------------------------------------------------
+
+
+def test_adam_step_is_optax_adamw_and_inf_is_no_clipping():
+    params = {"w": jnp.array([1.0, -2.0, 3.0]), "b": jnp.array(0.5)}
+    opt = optax.adamw(3e-4, eps=1e-8, weight_decay=1e-4)
+    ref_params, ref_state = params, opt.init(params)
+    ours, our_state = params, optax.scale_by_adam(eps=1e-8).init(params)
+    for i in range(5):
+        grads = jax.tree.map(lambda x: (i + 1.0) * 50.0 * jnp.sin(x + i), ref_params)
+        updates, ref_state = opt.update(grads, ref_state, ref_params)
+        ref_params = optax.apply_updates(ref_params, updates)
+        ours, our_state, _ = adam_step(ours, our_state, grads, 3e-4, jnp.inf, 1e-8, 1e-4)
+    for name in params:
+        np.testing.assert_allclose(ours[name], ref_params[name], rtol=1e-6)
+    # Zero gradient: Adam moves nothing, the decay alone shrinks θ by (1 − lr·wd).
+    zero = jax.tree.map(jnp.zeros_like, params)
+    decayed, _, _ = adam_step(params, optax.scale_by_adam(eps=1e-8).init(params), zero, 0.1,
+                              1.0, 1e-8, 0.5)
+    np.testing.assert_allclose(decayed["w"], params["w"] * (1 - 0.05), rtol=1e-6)
+
+
+def test_fit_passes_weight_decay_to_the_model_optimiser():
+    zeros = jnp.zeros((3, 2))
+    traj = Trajectory(obs=zeros[..., None], action=zeros.astype(jnp.int32), reward=zeros,
+                      terminated=zeros.astype(bool), truncated=zeros.astype(bool), value=zeros,
+                      next_value=zeros, log_prob=zeros, logits=jnp.zeros((3, 2, 2)))
+
+    def flat_loss(params, batch, hparams, key):  # no gradient: only the decay moves c
+        del batch, hparams, key
+        return 0.0 * params["c"], {}
+
+    schedule = FitSchedule(steps=2)
+    state = init_fit_state({"c": jnp.float32(2.0)}, traj, schedule)
+    fitted, _ = fit(flat_loss, state, traj, None, 0.1, jnp.inf, jax.random.key(0), schedule,
+                    weight_decay=0.5)
+    np.testing.assert_allclose(fitted.params["c"], 2.0 * 0.95 ** 2, rtol=1e-6)
+
+
+def test_agent_weight_decay_and_adam_eps_reach_the_update():
+    base = _key_to_door_engine(eval_every=0)
+    decayed = _key_to_door_engine(eval_every=0, adam_eps=1e-8)
+    key = jax.random.key(3)
+    runs = {}
+    for name, engine, wd in (("base", base, 0.0), ("wd", base, 0.1), ("eps", decayed, 0.0)):
+        hp = Hparams.create(gamma=1.0, lr=1e-2, weight_decay=wd, max_grad_norm=jnp.inf)
+        runs[name] = engine.update_step(engine.init(key), hp)[0].agent.params
+    diff = lambda a, b: float(optax.global_norm(jax.tree.map(jnp.subtract, a, b)))  # noqa: E731
+    assert diff(runs["base"], runs["wd"]) > 1e-6
+    assert diff(runs["base"], runs["eps"]) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Validation
+# ---------------------------------------------------------------------------------------------
+
+
+def test_inf_is_accepted_only_for_gradient_clips():
+    Hparams.create(max_grad_norm=float("inf"), estimator_max_grad_norm=float("inf"),
+                   redistributor_max_grad_norm=float("inf"))
+    with pytest.raises(ValueError, match="lr must be finite"):
+        Hparams.create(lr=float("inf"))
+    with pytest.raises(ValueError, match="weight_decay must be non-negative"):
+        Hparams.create(weight_decay=-1e-4)
+    with pytest.raises(ValueError, match="policy_epsilon"):
+        TrainConfig(policy_epsilon=1.0).resolved()
+    with pytest.raises(ValueError, match="adam_eps"):
+        TrainConfig(adam_eps=0.0).resolved()
