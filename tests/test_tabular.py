@@ -261,3 +261,25 @@ def test_sample_episodes_monte_carlo_values():
     # Truncation: a window shorter than the episode marks the last step truncated.
     short = tabular.sample_episodes(mdp, pi, jax.random.PRNGKey(9), 16, 4)
     assert short.truncated[-1].all() and not short.terminated.any()
+
+
+def test_vmapped_exact_values_call_lapack_one_matrix_at_a_time():
+    """Two batched LAPACK calls at once deadlocked XLA:CPU (docs/xla_cpu_hang.md): a vmapped
+    policy evaluation and its gradient must compile to unbatched solves only, with the numbers
+    and the gradient of ``jnp.linalg.solve``."""
+    import re
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    a = 3 * jnp.eye(4) + jax.random.normal(keys[0], (4, 4))
+    stack = jnp.stack([a, a + 0.1, a - 0.2])
+    rhs = jax.random.normal(keys[1], (3, 4))
+    loss = lambda solve: lambda m, r: jnp.sin(solve(m, r)).sum()  # noqa: E731
+    for fn in (jax.vmap(tabular.linear_solve), jax.vmap(jax.grad(loss(tabular.linear_solve)))):
+        text = jax.jit(fn).lower(stack, rhs).compile().as_text()
+        calls = [line for line in text.splitlines() if "lapack_" in line and "custom-call" in line]
+        assert calls and not any(re.search(r"f32\[3,4", line.split("custom-call")[0])
+                                 for line in calls), calls
+    np.testing.assert_allclose(jax.vmap(tabular.linear_solve)(stack, rhs),
+                               jnp.linalg.solve(stack, rhs[..., None])[..., 0], atol=1e-5)
+    np.testing.assert_allclose(jax.vmap(jax.grad(loss(tabular.linear_solve)))(stack, rhs),
+                               jax.vmap(jax.grad(loss(jnp.linalg.solve)))(stack, rhs), atol=1e-5)

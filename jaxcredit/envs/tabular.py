@@ -168,6 +168,40 @@ def policy_transition(mdp: TabularMDP, pi: Array) -> Array:
     return jnp.einsum("sa,sat->st", pi, episodic_transition(mdp))
 
 
+def _sequential_solve(a: Array, b: Array) -> Array:
+    # Under vmap a loop of unbatched solves, never one batched LAPACK call: two batched LAPACK
+    # calls running at once deadlocked XLA:CPU's thread pool (docs/xla_cpu_hang.md; gdb:
+    # lapack_strsm_ffi -> ParallelBatchMap -> BlockingCounter::Wait in a vmapped oracle run).
+    return jax.custom_batching.sequential_vmap(jnp.linalg.solve)(a, b)
+
+
+@jax.custom_vjp
+def linear_solve(a: Array, b: Array) -> Array:
+    """x = a⁻¹ b (``b`` ``[S]`` or ``[S, K]``), batch-safe on XLA:CPU and differentiable.
+
+    ``jnp.linalg.solve`` with its batched form replaced by a loop of unbatched solves
+    (``jax.custom_batching.sequential_vmap``), which does not differentiate by itself, so the
+    gradient is written out: with λ = a⁻ᵀ ḡ, ∂b = λ and ∂a = −λ xᵀ.
+    """
+    return _sequential_solve(a, b)
+
+
+def _solve_fwd(a, b):
+    x = _sequential_solve(a, b)
+    return x, (a, x)
+
+
+def _solve_bwd(residuals, g):
+    a, x = residuals
+    lam = _sequential_solve(jnp.swapaxes(a, -1, -2), g)
+    if x.ndim == a.ndim - 1:
+        return -jnp.einsum("...i,...j->...ij", lam, x), lam
+    return -jnp.einsum("...ik,...jk->...ij", lam, x), lam
+
+
+linear_solve.defvjp(_solve_fwd, _solve_bwd)
+
+
 @jax.jit
 def successor_representation(mdp: TabularMDP, pi: Array, gamma: float) -> Array:
     """``[S, S]`` M[s, s'] = Σ_{k≥0} γ^k P(S_k = s' | S_0 = s) within the episode.
@@ -175,7 +209,7 @@ def successor_representation(mdp: TabularMDP, pi: Array, gamma: float) -> Array:
     M = (I − γ P_π)^{-1}; k = 0 included, so M[s, s] ≥ 1.
     """
     eye = jnp.eye(mdp.num_states, dtype=mdp.transition.dtype)
-    return jnp.linalg.solve(eye - gamma * policy_transition(mdp, pi), eye)
+    return linear_solve(eye - gamma * policy_transition(mdp, pi), eye)
 
 
 @jax.jit
@@ -183,7 +217,7 @@ def state_values(mdp: TabularMDP, pi: Array, gamma: float) -> Array:
     """``[S]`` V^π = (I − γ P_π)^{-1} r_π, with r_π(s) = Σ_a π(a|s) r(s, a). V = 0 at terminals."""
     eye = jnp.eye(mdp.num_states, dtype=mdp.transition.dtype)
     r_pi = jnp.sum(pi * mdp.reward, axis=-1)
-    return jnp.linalg.solve(eye - gamma * policy_transition(mdp, pi), r_pi)
+    return linear_solve(eye - gamma * policy_transition(mdp, pi), r_pi)
 
 
 @jax.jit
