@@ -42,12 +42,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxcredit.agents import credit_error
 from jaxcredit.agents import ground_truth as gt_lib
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.rollout import Transitions, reset_groups, reset_runner, rollout
 from jaxcredit.agents.state import AgentState, TrainState, Window
 from jaxcredit.envs import make as make_env
+from jaxcredit.envs import tabular
 from jaxcredit.envs.goals import success_fn
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
@@ -433,9 +435,34 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                               update=state.update + 1)
         return state, metrics
 
+    def credit_error_metrics(state: TrainState, traj: Trajectory, hparams: Hparams, exact,
+                             key: Array) -> Metrics:
+        """The fitted model's credit on ``traj`` against its exact twin's, same window and key
+        (``jaxcredit.agents.credit_error``)."""
+        params = state.agent.params
+        fitted = estimator.assign(state.estimator.params, traj, hparams, key).advantage
+        oracle = exact_twin.assign(exact, traj, hparams, key).advantage
+        mdp = ground_truth.mdp()
+        pi = gt_lib.policy_table(network, params, mdp)
+        decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma))
+        metrics = credit_error.credit_error(fitted, oracle, traj.action, decisive[traj.state])
+
+        def estimated_gradient(advantage):
+            return jax.grad(lambda p: credit_error.policy_surrogate(
+                network.apply(p, traj.obs, method=ActorCritic.policy), traj.action,
+                advantage))(params)
+
+        exact_gradient = jax.grad(lambda p: gt_lib.exact_return(
+            ground_truth, mdp, gt_lib.policy_table(network, p, mdp)))(params)
+        g_fitted, g_oracle = estimated_gradient(fitted), estimated_gradient(oracle)
+        metrics["grad_cos_fitted"] = credit_error.tree_cosine(g_fitted, exact_gradient)
+        metrics["grad_cos_oracle"] = credit_error.tree_cosine(g_oracle, exact_gradient)
+        metrics["grad_cos_to_oracle"] = credit_error.tree_cosine(g_fitted, g_oracle)
+        return metrics
+
     def evaluate(state: TrainState, hparams: Hparams) -> Metrics:
         key = jax.random.fold_in(state.eval_key, state.update)
-        play_key, window_key, pair_key = jax.random.split(key, 3)
+        play_key, window_key, pair_key, credit_key = jax.random.split(key, 4)
 
         def policy(obs):  # the target policy: no exploration mixture
             return network.apply(state.agent.params, obs, method=ActorCritic.target_policy)
@@ -456,6 +483,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             exact = exact_params(state, hparams, estimator.exact_model)
             log_exact, _ = exact_twin.hindsight(exact, traj, hparams, pair_key)
             metrics["estimator/kl_to_exact"] = gt_lib.kl_divergence(log_exact, log_h, weight)
+            metrics.update({f"credit/{k}": v for k, v in credit_error_metrics(
+                state, traj, hparams, exact, credit_key).items()})
         return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
     return Engine(config=config, env=env, env_params=env_params, network=network,

@@ -1,0 +1,133 @@
+"""Credit error against the exact model, inside a run (``jaxcredit.agents.credit_error``).
+
+1. Hand cases: the credit of the action taken, rmse / correlation / decisive-step sign agreement
+   of a known error, the decisive states of an advantage table, the cosine of two pytrees, the
+   surrogates' gradients.
+2. In the engine: a fitted model that *is* the exact one (a table loaded with the exact
+   hindsight) has zero credit error and the oracle's gradient; a perturbed table has a known
+   non-zero error; the metrics appear at evaluation points of a learned estimator.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcredit.agents import Hparams, TrainConfig, make_engine
+from jaxcredit.agents import credit_error as CE
+from jaxcredit.agents import ground_truth as gt_lib
+
+# ---------------------------------------------------------------------------------------------
+# 1. Hand cases
+# ---------------------------------------------------------------------------------------------
+
+
+def test_taken_credit_of_both_shapes():
+    action = jnp.array([[1, 0]])
+    all_action = jnp.array([[[0.1, 0.2], [0.3, 0.4]]])
+    np.testing.assert_allclose(CE.taken_credit(all_action, action), [[0.2, 0.3]])
+    np.testing.assert_allclose(CE.taken_credit(jnp.array([[5.0, 6.0]]), action), [[5.0, 6.0]])
+
+
+def test_credit_error_hand_case():
+    exact = jnp.array([[1.0, -2.0], [3.0, 0.5]])
+    fitted = jnp.array([[2.0, -2.0], [-1.0, 0.5]])  # errors 1, 0, −4, 0
+    action = jnp.zeros((2, 2), jnp.int32)
+    decisive = jnp.array([[True, True], [True, False]])
+    m = CE.credit_error(fitted, exact, action, decisive)
+    np.testing.assert_allclose(m["rmse_to_exact"], np.sqrt(17 / 4), rtol=1e-6)
+    np.testing.assert_allclose(m["corr_to_exact"], np.corrcoef(fitted.ravel(), exact.ravel())[0, 1],
+                               rtol=1e-5)
+    # Decisive steps (0,0), (0,1), (1,0): signs agree, agree, disagree.
+    np.testing.assert_allclose(m["sign_agreement"], 2 / 3, rtol=1e-6)
+    assert float(m["decisive_steps"]) == 3
+    # A credit that is an affine image of the exact one correlates perfectly.
+    np.testing.assert_allclose(CE.credit_error(3 * exact + 1, exact, action, decisive)
+                               ["corr_to_exact"], 1.0, rtol=1e-6)
+    assert np.isnan(CE.credit_error(fitted, exact, action, decisive & False)["sign_agreement"])
+
+
+def test_decisive_states_hand_case():
+    advantage = jnp.array([[0.5, -0.5], [0.0, 0.0], [0.04, -0.04], [0.06, -0.05]])
+    # Spreads 1, 0, 0.08, 0.11: at least 10 % of the largest are states 0 and 3.
+    np.testing.assert_array_equal(CE.decisive_states(advantage), [True, False, False, True])
+    assert not CE.decisive_states(jnp.zeros((3, 2))).any()
+
+
+def test_tree_cosine_and_surrogate_gradients():
+    a = {"x": jnp.array([1.0, 0.0]), "y": jnp.array(1.0)}
+    b = {"x": jnp.array([1.0, 1.0]), "y": jnp.array(0.0)}
+    np.testing.assert_allclose(CE.tree_cosine(a, b), 1 / 2, rtol=1e-6)
+    # All-action surrogate mean_t Σ_a π A: its gradient in the logits is π ⊙ (A − π·A).
+    logits = jnp.log(jnp.array([[0.25, 0.75]]))
+    adv = jnp.array([[1.0, -1.0]])
+    grad = jax.grad(lambda z: CE.policy_surrogate(z, jnp.zeros((1,), jnp.int32), adv))(logits)
+    baseline = 0.25 - 0.75
+    np.testing.assert_allclose(grad, [[0.25 * (1 - baseline), 0.75 * (-1 - baseline)]],
+                               rtol=1e-6)
+    # Per-step surrogate mean_t log π(a_t) Â_t: gradient (onehot(a) − π) Â.
+    grad = jax.grad(lambda z: CE.policy_surrogate(z, jnp.array([1]), jnp.array([2.0])))(logits)
+    np.testing.assert_allclose(grad, [[-0.25 * 2, 0.25 * 2]], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. In the engine
+# ---------------------------------------------------------------------------------------------
+
+
+def _tree_engine():
+    env_options = (("state_overlap", 3),)
+    probe = TrainConfig(env="TreeMDP", env_options=env_options).resolved()
+    from jaxcredit import envs  # noqa: PLC0415
+
+    env, env_params = envs.make(probe.env, **probe.env_kwargs)
+    num_states = env.tabular_mdp(env_params).num_states
+    config = TrainConfig(algo="a2c", estimator="cocoa_reward", env="TreeMDP",
+                         env_options=env_options, num_envs=16, num_steps=8,
+                         total_timesteps=16 * 8, eval_every=1, eval_episodes=4,
+                         estimator_options=(("model", "tabular"), ("num_states", num_states),
+                                            ("policy_modulated", False)))
+    return make_engine(config)
+
+
+def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
+    engine = _tree_engine()
+    hp = Hparams.create(gamma=1.0)
+    state = engine.init(jax.random.key(0))
+    # A policy away from uniform, so the hindsight is informative.
+    params = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape),
+                          state.agent.params)
+    state = state.replace(agent=state.agent.replace(params=params))
+    mdp = engine.ground_truth.mdp()
+    pi = gt_lib.policy_table(engine.network, params, mdp)
+    exact = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, 1.0)
+    table = jnp.asarray(exact["log_h"])
+
+    def metrics_with(table):
+        est = state.estimator.replace(params={"table": table})
+        return engine.evaluate(state.replace(estimator=est), hp)
+
+    same = metrics_with(table)
+    np.testing.assert_allclose(same["credit/rmse_to_exact"], 0.0, atol=1e-5)
+    np.testing.assert_allclose(same["credit/corr_to_exact"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(same["credit/grad_cos_to_oracle"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(same["credit/grad_cos_fitted"], same["credit/grad_cos_oracle"],
+                               atol=1e-5)
+    assert float(same["credit/decisive_steps"]) > 0
+    np.testing.assert_allclose(same["credit/sign_agreement"], 1.0)
+    assert float(same["estimator/kl_to_exact"]) < 1e-5
+    # A wrong table: the model h = π (no hindsight) has a non-zero error.
+    wrong = metrics_with(jnp.broadcast_to(jnp.log(pi)[:, None, :], table.shape))
+    assert float(wrong["credit/rmse_to_exact"]) > 0.01
+    assert float(wrong["credit/grad_cos_to_oracle"]) < 0.999
+
+
+def test_credit_error_metrics_appear_at_evaluation_points_only():
+    config = TrainConfig(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
+                         env_options=(("length", 6),), num_envs=4, num_steps=6,
+                         total_timesteps=4 * 6 * 4, eval_every=2, eval_episodes=4)
+    engine = make_engine(config)
+    _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
+    for name in ("rmse_to_exact", "corr_to_exact", "sign_agreement", "grad_cos_fitted",
+                 "grad_cos_oracle", "grad_cos_to_oracle"):
+        values = np.asarray(metrics[f"credit/{name}"])
+        assert np.isnan(values[[0, 2]]).all() and np.isfinite(values[[1, 3]]).all(), name
