@@ -343,7 +343,11 @@ def estimator_races(args: TrainBench, specs: tuple[EstimatorSpec, ...], fit_step
     base = dict(algo="a2c", env=args.env, env_options=env_options, num_envs=num_envs,
                 num_steps=num_steps, total_timesteps=num_envs * num_steps * args.estimator_updates,
                 eval_every=0, estimator="gae")
-    learned = {s.label: make_estimator(s.name, **dict(s.options)).learned for s in specs}
+    # Estimators that read the environment (cocoa_reward's reward values) are given it, as in
+    # the engine.
+    env, env_params = envs.make(args.env, **dict(env_options))
+    learned = {s.label: make_estimator(s.name, env=env, env_params=env_params,
+                                       **dict(s.options)).learned for s in specs}
     title = (f"A2C {args.env}, {num_envs} envs x {num_steps} steps, "
              f"{args.estimator_updates} updates")
     return stage_races(title, base, "estimator", specs, learned, fit_steps, hparams, repeats,
@@ -438,11 +442,11 @@ def check(args: TrainBench) -> Checked:
     _positive("dqn_timesteps", args.dqn_timesteps)
     _positive("dqn_seeds", args.dqn_seeds)
     specs = parse_specs(args.estimators)
-    for spec in specs:
-        make_estimator(spec.name, **dict(spec.options))  # unknown name or bad option
     fit_steps = parse_fit_steps(args.fit_steps)
     env_options = parse_options(flat(args.env_options), "--env-option")
-    envs.make(args.env, **dict(env_options))  # unknown environment or option
+    env, env_params = envs.make(args.env, **dict(env_options))  # unknown environment or option
+    for spec in specs:  # unknown name or bad option
+        make_estimator(spec.name, env=env, env_params=env_params, **dict(spec.options))
     return Checked(hparams, specs, fit_steps, env_options, *check_redistributors(args))
 
 
