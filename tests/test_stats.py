@@ -64,6 +64,18 @@ def test_aggregate_table_against_a_baseline():
     assert lines[4].endswith("| 1.00 [1.00, 1.00] |")
 
 
+def test_oracle_gain_share_hand_values():
+    # Means: fitted 0.5, oracle 0.9, baseline 0.1: (0.5 − 0.1) / (0.9 − 0.1) = 0.5.
+    share, low, high = stats.oracle_gain_share([0.4, 0.6], [0.8, 1.0], [0.0, 0.2, np.nan])
+    assert share == pytest.approx(0.5)
+    assert low <= share <= high
+    # Constant seeds: (0.3 − 0.1) / (0.7 − 0.1) = 1/3, and the interval is the point.
+    assert stats.oracle_gain_share([0.3] * 3, [0.7] * 3, [0.1] * 3) == pytest.approx(
+        (1 / 3, 1 / 3, 1 / 3))
+    # No gain to recover: NaN.
+    assert np.isnan(stats.oracle_gain_share([0.3], [0.1], [0.2])[0])
+
+
 def test_forward_fill_and_smooth():
     np.testing.assert_allclose(forward_fill(np.array([np.nan, 1.0, np.nan, 3.0])),
                                [np.nan, 1.0, 1.0, 3.0])

@@ -58,8 +58,56 @@ SIZES = {
     # COCOA's budget: 10 000 updates × 8 episodes (configs/canonical_conveyorlength_performance).
     "paper": dict(updates=10_000, lengths=(23, 43, 63, 83, 103), learners=COCOA_LEARNERS,
                   seeds=8),
+    # COCOA's budget and training regime (--regime cocoa is implied), L = 103 and the lengths
+    # of the done-means: the learners COCOA compares, with the exact-model ablation.
+    "cocoa": dict(updates=10_000, lengths=(23, 63, 103), learners=(
+        "REINFORCE", "A2C+GAE", "cocoa_reward", "cocoa_reward oracle", "hca_state",
+        "hca_return", "cocoa_feature"), seeds=8, regime="cocoa"),
+    "cocoa-smoke": dict(updates=8, lengths=(8,), learners=(
+        "REINFORCE", "A2C+GAE", "cocoa_reward", "cocoa_reward oracle"), seeds=2,
+        regime="cocoa"),
 }
+REGIMES = ("jaxcredit", "cocoa")
+INF = float("inf")
+# COCOA's own training regime (seijin-kobayashi/cocoa at 55a1901,
+# configs/canonical_conveyorlength_performance.py; each value's line is in the README's settings
+# table). Shared by every learner: a ReLU MLP (64, 64) policy acting with the ε = 0.05 mixture,
+# optax.adamw (weight decay 1e-4, ε 1e-8) without gradient clipping, no learning-rate decay,
+# γ = 1, 8 episodes per update, an evaluation every 100 updates.
+COCOA_CONFIG = dict(activation="relu", policy_epsilon=0.05, adam_eps=1e-8, anneal_lr=False)
+COCOA_HPARAMS = dict(weight_decay=1e-4, max_grad_norm=INF, gamma=1.0)
+COCOA_MODEL_CONFIG = dict(estimator_fit_steps=1)  # one hindsight step per update
+COCOA_MODEL_HPARAMS = dict(estimator_lr=3e-3, estimator_weight_decay=1e-4,
+                           estimator_max_grad_norm=INF)
+# Per learner: (config fields, estimator options, hparams).
+COCOA_LEARNER_SETTINGS = {
+    # reinforce: lr_agent 3e-4, the return-to-go without a baseline.
+    "REINFORCE": ({}, {}, dict(lr=3e-4)),
+    # advantage: lr_agent 1e-3, a Monte-Carlo critic (TD(λ = 1)) at 1e-3: A = G − V.
+    "A2C+GAE": ({}, {}, dict(lr=1e-3, lambda_=1.0)),
+    # causal_reward: lr_agent 3e-4, the hypernet at 3e-3, no critic.
+    "cocoa_reward": (dict(critic=False, **COCOA_MODEL_CONFIG),
+                     dict(model="hypernet", hidden=256), dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # causal_reward_gt: the exact coefficients, no critic; COCOA tunes its agent separately
+    # (lr 1e-2); the same agent as the fitted learner (3e-4) is the ablation (--lr 1e-2 for
+    # COCOA's).
+    "cocoa_reward oracle": (dict(critic=False), {}, dict(lr=3e-4)),
+    # causal_state (HCA+): lr_agent 3e-4, the model at 3e-3, no critic, no zero-reward mask.
+    "hca_state": (dict(critic=False, **COCOA_MODEL_CONFIG), {},
+                  dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # Return HCA is not in COCOA's code: the same agent and model optimisers as HCA+.
+    "hca_return": (dict(critic=False, **COCOA_MODEL_CONFIG), {},
+                   dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # causal_reward_feature: as causal_reward (features fitted jointly here, not pretrained
+    # and frozen: README).
+    "cocoa_feature": (dict(critic=False, **COCOA_MODEL_CONFIG), {},
+                      dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+}
+COCOA_EVAL_EVERY = 100
 METRICS = ("eval/treasure_rate", "eval/key_rate", "eval/exact_return")
+# The fitted model's credit against its exact twin's on held-out windows (credit_error).
+CREDIT_METRICS = ("estimator/kl_to_exact", "credit/rmse_to_exact", "credit/corr_to_exact",
+                  "credit/sign_agreement", "credit/grad_cos_fitted", "credit/grad_cos_oracle")
 
 
 @dataclasses.dataclass
@@ -67,7 +115,7 @@ class Args(X.OutputArgs):
     """KeyToDoor treasure rate against L for each learner (module docstring)."""
 
     size: str = "cpu"
-    """smoke | cpu | cpu-hca | paper"""
+    """smoke | cpu | cpu-hca | paper | cocoa (COCOA's budget and regime) | cocoa-smoke"""
     seeds: Optional[int] = None
     """seeds per run (default: the size's)"""
     lengths: tuple[int, ...] = ()
@@ -76,6 +124,9 @@ class Args(X.OutputArgs):
     """learner presets (default: the size's): """ + ", ".join(ALL_LEARNERS)
     updates: Optional[int] = None
     """updates per run (default: the size's); each update is 8 whole episodes"""
+    regime: Optional[str] = None
+    """jaxcredit (the earlier results' settings) | cocoa (COCOA's own settings per learner;
+    default for the cocoa sizes)"""
     lr: Optional[float] = None
     """the agent's learning rate (default 3e-3; COCOA: 3e-4 over 10x the updates)"""
     estimator_lr: Optional[float] = None
@@ -97,8 +148,35 @@ def hparams_for(length: int, label: str, lr: Optional[float] = None,
     return hp
 
 
+def cocoa_case(length: int, label: str, updates: int, lr: Optional[float] = None,
+               estimator_lr: Optional[float] = None) -> X.Case:
+    """One run in COCOA's regime (``COCOA_LEARNER_SETTINGS``)."""
+    if label not in COCOA_LEARNER_SETTINGS:
+        raise ValueError(f"learner {label!r} has no COCOA settings; choose from "
+                         f"{', '.join(COCOA_LEARNER_SETTINGS)}")
+    fields, options, hp = COCOA_LEARNER_SETTINGS[label]
+    options = dict(options)
+    if label.startswith("hca_state") and length > 32:
+        options.update(pairs="sampled", num_pairs=16)  # O(L²) pairs are too many on a CPU
+    overrides = dict(COCOA_CONFIG, **fields)
+    if options:
+        overrides["estimator_options"] = tuple(sorted(options.items()))
+    config = TrainConfig(
+        **learner_fields(label, **overrides), env="KeyToDoor", env_options=(("length", length),),
+        num_envs=NUM_ENVS, num_steps=length, total_timesteps=NUM_ENVS * length * updates,
+        hidden_sizes=(64, 64), eval_every=min(COCOA_EVAL_EVERY, updates), eval_episodes=16)
+    hparams = dict(COCOA_HPARAMS, ent_coef=entropy_coef(length), **hp)
+    hparams.update({k: v for k, v in (("lr", lr), ("estimator_lr", estimator_lr)) if v})
+    suffix = "".join(f"_{name}{value:g}" for name, value in (("lr", lr), ("elr", estimator_lr))
+                     if value)
+    return X.Case(name=f"cocoa/L{length}/{label.replace(' ', '_')}{suffix}", config=config,
+                  settings=(hparams,), labels={"L": length, "learner": label})
+
+
 def case(length: int, label: str, updates: int, lr: Optional[float] = None,
-         estimator_lr: Optional[float] = None) -> X.Case:
+         estimator_lr: Optional[float] = None, regime: str = "jaxcredit") -> X.Case:
+    if regime == "cocoa":
+        return cocoa_case(length, label, updates, lr, estimator_lr)
     overrides = {}
     if label.startswith("hca_state") and length > 32:
         # O(L²) pairs per episode are too many on a CPU: 16 sampled future steps per step.
@@ -132,12 +210,12 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         for metric in METRICS:
             entry[metric + "/final"] = X.final(run_dir, metric).tolist()
             entry[metric + "/area"] = X.area(run_dir, metric).tolist()
-        if (run_dir / "metrics.csv").exists():
+        for metric in CREDIT_METRICS:
             try:
-                entry["estimator/kl_to_exact/final"] = X.final(
-                    run_dir, "estimator/kl_to_exact", last=4).tolist()
-            except ValueError:
-                pass
+                entry[metric + "/final"] = X.final(run_dir, metric, last=4).tolist()
+                entry[metric + "/area"] = X.area(run_dir, metric).tolist()
+            except (ValueError, KeyError):
+                pass  # not a fitted model with an exact twin
         results[f"L{length}/{label}"] = entry
 
     def cell(key, digits=3):
@@ -157,10 +235,22 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                        ("eval/key_rate/final", "Final π(pick key | s₀)"),
                        ("eval/exact_return/final", "Final expected return J(π) (exact)")):
         lines += [f"### {title}", ""] + X.markdown_table(rows, learners, cell(key), "") + [""]
-    lines += ["### KL(exact ‖ learned hindsight model), mean over the last 4 evaluations", ""]
-    lines += X.markdown_table(rows, [label for label in learners if "oracle" not in label and (
-        "hca" in label or "c2a2c" in label or label == "cocoa_reward")],
-        cell("estimator/kl_to_exact/final", 4), "") + [""]
+    fitted = [label for label in learners
+              if f"L{lengths[0]}/{label}" in results
+              and "credit/rmse_to_exact/final" in results[f"L{lengths[0]}/{label}"]]
+    for metric, title in (
+            ("estimator/kl_to_exact", "KL(exact ‖ learned hindsight model)"),
+            ("credit/rmse_to_exact", "Credit RMSE against the exact model (same window, key)"),
+            ("credit/corr_to_exact", "Correlation of the credit with the exact model's"),
+            ("credit/sign_agreement", "Sign agreement with the exact model's credit at the "
+                                      "decisive steps (key, door)"),
+            ("credit/grad_cos_fitted", "cos(policy gradient of the fitted credit, exact ∇J)"),
+            ("credit/grad_cos_oracle", "cos(policy gradient of the exact model's credit, "
+                                       "exact ∇J), same windows")):
+        if fitted:
+            lines += [f"### {title}, mean over the last 4 evaluations", ""]
+            lines += X.markdown_table(rows, fitted, cell(f"{metric}/final", 4), "") + [""]
+    lines += gain_share_table(results, lengths, learners)
     scores = {label: np.stack([results[f"L{L}/{label}"]["eval/treasure_rate/final"]
                                for L in lengths], axis=1) for label in learners}
     table, agg = X.aggregate_table(
@@ -172,6 +262,30 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                                                   "aggregate": agg}, indent=1))
     plot(out, results, lengths, learners)
     return ["table.md", "results.json", "treasure_rate.png"]
+
+
+def gain_share_table(results: dict, lengths, learners) -> list[str]:
+    """The share of the oracle's gain over A2C+GAE that each fitted learner recovers,
+    (fitted − A2C+GAE) / (oracle − A2C+GAE), for the final rate and for the paper's metric (the
+    rate averaged over all evaluations), with bootstrap 95% intervals over seeds."""
+    pairs = [label for label in learners if f"{label} oracle" in learners]
+    if "A2C+GAE" not in learners or not pairs:
+        return []
+    lines = ["### Share of the oracle's gain over A2C+GAE recovered by the fitted model", "",
+             "(fitted − A2C+GAE) / (oracle − A2C+GAE) of the mean over seeds, percentile-"
+             "bootstrap 95% interval; NaN where the oracle does not beat A2C+GAE.", ""]
+    columns = [f"{label} ({what})" for label in pairs for what in ("final", "area")]
+
+    def fn(row, col):
+        label, what = col.rsplit(" (", 1)
+        key = f"eval/treasure_rate/{what[:-1]}"
+        length = row.split()[-1]
+        share, low, high = stats.oracle_gain_share(
+            results[f"L{length}/{label}"][key], results[f"L{length}/{label} oracle"][key],
+            results[f"L{length}/A2C+GAE"][key])
+        return f"{share:.2f} [{low:.2f}, {high:.2f}]"
+
+    return lines + X.markdown_table([f"L = {L}" for L in lengths], columns, fn, "") + [""]
 
 
 def plot(out: pathlib.Path, results: dict, lengths, learners) -> None:
@@ -222,12 +336,16 @@ def main(argv=None) -> int:
         learners = args.learners or size["learners"]
         if min(lengths) < 4:
             raise ValueError("need lengths >= 4")
-        cases = [case(L, label, updates, args.lr, args.estimator_lr)
+        regime = args.regime or size.get("regime", "jaxcredit")
+        if regime not in REGIMES:
+            raise ValueError(f"--regime must be one of {', '.join(REGIMES)}")
+        cases = [case(L, label, updates, args.lr, args.estimator_lr, regime)
                  for L in lengths for label in learners]
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
-    meta = {"size": args.size, "seeds": seeds, "updates": updates, "lengths": list(lengths),
+    meta = {"size": args.size, "regime": regime, "seeds": seeds, "updates": updates,
+            "lengths": list(lengths),
             "learners": list(learners), "num_envs": NUM_ENVS,
             "hparams": {c.name: c.settings[0] for c in cases}}
     return X.run_and_report("key_to_door", HERE, args, cases, meta, report, seeds, 2023, argv)
