@@ -12,15 +12,21 @@ Both estimators share one model h_φ(a | s, Z) of the action given the return th
 fitted by cross-entropy on the rollout (``loss``). With ``model="oracle"`` the model is the exact
 h(a | s, Z) of the current policy, computed by the engine from the tabular MDP every update
 (only where the environment has ground truth, and for the undiscounted Monte-Carlo return).
+
+The MLP reads Z through ``model_input``: the batch-``"standardised"`` Z (default), the
+``"centred"`` Z − V(s_t), or ``"grid"``, the
+:func:`~jaxcredit.estimators.hindsight_models.two_hot` encoding of Z on a grid fixed for the run
+(given, or read from the environment's return range), as the official HCA code bins the return.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators import returns
@@ -32,7 +38,10 @@ from jaxcredit.types import Credit, Trajectory
 
 Array = jax.Array
 
-MODEL_INPUTS = ("standardised", "centred")
+MODEL_INPUTS = ("standardised", "centred", "grid")
+# Bins of a grid derived from a range (z_range or the environment's); docs/hca.md has the
+# measurements behind 16 (finer grids fit the model more slowly and learned more slowly).
+DEFAULT_BINS = 16
 
 
 def check_choice(name: str, value: Any, choices: tuple) -> None:
@@ -76,16 +85,105 @@ def conditioning_return(trajectory: Trajectory, hparams: Any, kind: str) -> Arra
     return jax.lax.stop_gradient(z)
 
 
-def model_feature(z: Array, trajectory: Trajectory, kind: str) -> Array:
-    """What the MLP reads besides the observation (constant within one call).
+def model_feature(z: Array, trajectory: Trajectory, kind: str,
+                  grid: Optional[Sequence[float]] = None) -> Array:
+    """What the MLP reads besides the observation, under stop-gradient.
 
-    ``"standardised"``: (Z − mean Z) / std Z over the batch. ``"centred"``: Z − V(s_t), the
-    return's surprise under the critic; it carries the same information about the action given s_t
-    (V(s_t) is a function of s_t) and does not move with the batch's composition.
+    ``"grid"``: the two-hot encoding of Z on the fixed grid g (``[*batch, K]``),
+    x(Z) = (1 − f)·e_i + f·e_{i+1} for g_i ≤ Z ≤ g_{i+1}, f = (Z − g_i)/(g_{i+1} − g_i): a function
+    of Z alone. ``"standardised"``: (Z − mean Z) / std Z over the batch, so the same Z is a
+    different input whenever the batch's returns move. ``"centred"``: Z − V(s_t), the return's
+    surprise under the critic; it carries the same information about the action given s_t
+    (V(s_t) is a function of s_t) and does not move with the batch's composition, but moves with
+    the critic.
     """
+    if kind == "grid":
+        if grid is None:
+            raise ValueError("model_input='grid' needs a grid of returns")
+        return jax.lax.stop_gradient(hm.two_hot(z, jnp.asarray(grid, jnp.float32)))
     if kind == "centred":
         return jax.lax.stop_gradient(z - trajectory.value)
     return jax.lax.stop_gradient((z - z.mean()) / (z.std() + 1e-6))
+
+
+def _numbers(name: str, value: Any) -> np.ndarray:
+    """A list of numbers given as a sequence, an array or "a,b,c" (the command line)."""
+    if isinstance(value, str):
+        try:
+            value = [float(v) for v in value.replace(";", ",").split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"{name} must be numbers separated by commas, got {value!r}") from None
+    try:
+        out = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a list of numbers, got {value!r}") from None
+    if out.ndim != 1 or not np.all(np.isfinite(out)):
+        raise ValueError(f"{name} must be a flat list of finite numbers, got {value!r}")
+    return out
+
+
+def check_grid(z_grid: Any) -> tuple:
+    """``z_grid`` as a tuple of floats: at least 2 points, strictly increasing."""
+    grid = _numbers("z_grid", z_grid)
+    if grid.size < 2 or np.any(np.diff(grid) <= 0):
+        raise ValueError(f"z_grid must hold at least 2 strictly increasing returns, got {z_grid!r}")
+    return tuple(float(g) for g in grid)
+
+
+def environment_return_range(env: Any, env_params: Any) -> Optional[tuple]:
+    """The support of the environment's return grid, or None where it has none.
+
+    The grid on which the engine computes the exact return law (``return_law.plan_return_grid``,
+    also used by ``estimator/kl_to_exact`` and the oracle): it covers every undiscounted return the
+    tabular MDP can produce within its time limit, widened by 6 standard deviations of the summed
+    Gaussian reward noise, and its step divides every deterministic reward (so each such return is
+    a grid point). None for environments without a tabular MDP or whose grid cannot be planned.
+    """
+    from jaxcredit.envs import has_ground_truth, return_law  # noqa: PLC0415 (estimators need no envs)
+
+    if env is None or not has_ground_truth(env):
+        return None
+    params = env.default_params if env_params is None else env_params
+    try:
+        mdp = env.tabular_mdp(params)
+        law_fn = getattr(env, "reward_law", None)
+        law = law_fn(params) if callable(law_fn) else None
+        horizon = int(getattr(params, "max_steps_in_episode", 0) or 0)
+        plan = return_law.plan_return_grid(mdp, horizon, law)
+    except (ValueError, TypeError, jax.errors.ConcretizationTypeError):
+        return None
+    return tuple(float(g) for g in np.asarray(plan.support))
+
+
+def resolve_grid(z_grid: Any = None, z_range: Any = None, z_bins: Optional[int] = None,
+                 env: Any = None, env_params: Any = None) -> Optional[tuple]:
+    """The fixed grid of returns of the run, or None where none is known.
+
+    In this order: ``z_grid`` as given; ``z_bins`` (default 16) uniform points over
+    ``z_range = (low, high)``; the environment's return grid
+    (:func:`environment_return_range`), as it is when it has at most ``z_bins`` (default 16)
+    points (deterministic rewards: every return is a grid point), else ``z_bins`` uniform points
+    over its range.
+    """
+    if z_bins is not None and (isinstance(z_bins, bool) or not isinstance(z_bins, int)
+                               or z_bins < 2):
+        raise ValueError(f"z_bins must be an integer >= 2, got {z_bins!r}")
+    if z_grid is not None:
+        if z_range is not None or z_bins is not None:
+            raise ValueError("give z_grid, or z_range and z_bins, not both")
+        return check_grid(z_grid)
+    bins = DEFAULT_BINS if z_bins is None else z_bins
+    if z_range is not None:
+        bounds = _numbers("z_range", z_range)
+        if bounds.size != 2 or not bounds[0] < bounds[1]:
+            raise ValueError(f"z_range must be (low, high) with low < high, got {z_range!r}")
+        return tuple(float(g) for g in np.linspace(bounds[0], bounds[1], bins))
+    support = environment_return_range(env, env_params)
+    if support is None:
+        return None
+    if len(support) <= bins and z_bins is None:
+        return support
+    return tuple(float(g) for g in np.linspace(support[0], support[-1], bins))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +196,7 @@ class ReturnHindsight:
     hidden: tuple
     policy_modulated: bool
     num_states: Optional[int]
-    z_grid: Optional[Any]
+    z_grid: Optional[tuple]
     return_kind: str
     mix: float
     model_input: str
@@ -113,7 +211,8 @@ class ReturnHindsight:
         if self.model == "oracle":
             return hm.return_oracle()
         if self.model == "mlp":
-            return hm.return_mlp(obs_ndim(trajectory), self.hidden, self.policy_modulated)
+            width = len(self.z_grid) if self.model_input == "grid" else 1
+            return hm.return_mlp(obs_ndim(trajectory), self.hidden, self.policy_modulated, width)
         return hm.return_tabular(self.num_states, self.z_grid, self.policy_modulated)
 
     def init(self, key, example: Trajectory):
@@ -122,8 +221,8 @@ class ReturnHindsight:
     def log_h(self, params, trajectory: Trajectory, z: Array) -> Array:
         """log h_φ(·|s_t, Z_t) for every step: ``[T, *batch, A]``."""
         inputs = trajectory.state if self.oracle else trajectory.obs
-        logits = self.build(trajectory).logits(
-            params, inputs, z, model_feature(z, trajectory, self.model_input), trajectory.logits)
+        feature = model_feature(z, trajectory, self.model_input, self.z_grid)
+        logits = self.build(trajectory).logits(params, inputs, z, feature, trajectory.logits)
         return jax.nn.log_softmax(logits)
 
     def hindsight(self, params, trajectory: Trajectory, hparams, key=None):
@@ -155,10 +254,26 @@ def _check_model(model, num_states, z_grid, return_kind):
         return
     check_choice("model", model, ("mlp", "tabular", "oracle"))
     if model == "tabular" and (num_states is None or z_grid is None):
-        raise ValueError("model='tabular' needs num_states and z_grid")
+        raise ValueError("model='tabular' needs num_states and a grid of returns (z_grid, "
+                         "z_range, or an environment with a tabular MDP)")
     if model == "oracle" and return_kind != "mc":
         raise ValueError("model='oracle' needs return_kind='mc': the exact hindsight is that of "
                          "the Monte-Carlo return")
+
+
+def _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
+           env_params, return_kind, mix, model_input) -> ReturnHindsight:
+    """Checks the model options and resolves the grid of returns (once, at build; the
+    environment is read only when the grid input or the tabular model needs it)."""
+    check_choice("model_input", model_input, MODEL_INPUTS)
+    needs_grid = model_input == "grid" or model == "tabular"
+    grid = resolve_grid(z_grid, z_range, z_bins, *((env, env_params) if needs_grid else ()))
+    if model_input == "grid" and grid is None:
+        raise ValueError("model_input='grid' needs z_grid, z_range, or an environment with a "
+                         "tabular MDP to read the return range from")
+    _check_model(model, num_states, grid, return_kind)
+    return ReturnHindsight(model, tuple(hidden), policy_modulated, num_states, grid, return_kind,
+                           mix, model_input)
 
 
 def _record(name, parts: ReturnHindsight, assign, all_action: bool, twin) -> Estimator:
@@ -183,6 +298,10 @@ def hca_return(
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
     z_grid: Optional[Any] = None,
+    z_range: Optional[Any] = None,
+    z_bins: Optional[int] = None,
+    env: Any = None,
+    env_params: Any = None,
 ) -> Estimator:
     """Return-conditioned HCA (Harutyunyan et al. 2019, Theorem 2) with a fitted h_φ(a|s,Z).
 
@@ -205,20 +324,26 @@ def hca_return(
       return_kind: Z is the Monte-Carlo return ("mc") or the λ-return with ``hparams.lambda_``.
       model: "mlp", "tabular" (one-hot or index state observations), "oracle" (the exact model,
         supplied by the engine on environments with ground truth), or a ReturnHindsightModel.
-      model_input: the MLP reads the batch-"standardised" Z or the "centred" Z − V(s_t).
+      model_input: what the MLP reads of Z: the batch-"standardised" Z (default), the "centred"
+        Z − V(s_t), or "grid", the two-hot encoding of Z on the fixed grid of returns
+        (``hindsight_models.two_hot``), the same input for the same Z in every batch.
       hidden: MLP widths.
       policy_modulated: logits = stop_gradient(log π) + f_φ, h = π at initialisation.
-      num_states, z_grid: for the tabular model.
+      num_states: for the tabular model.
+      z_grid: the grid of returns (increasing; a sequence or "a,b,c"): the bin centres of
+        ``model_input="grid"`` and the tabular model's bins.
+      z_range, z_bins: instead of ``z_grid``, ``z_bins`` (default 16) uniform points over
+        ``(low, high)`` (a pair or "low,high"). Without either, the environment's return range
+        (``resolve_grid``).
+      env, env_params: supplied by the engine and the diagnostics (the return range).
     """
     check_choice("form", form, FORMS)
     check_choice("return_kind", return_kind, RETURN_KINDS)
-    check_choice("model_input", model_input, MODEL_INPUTS)
     check_unit("mix", mix)
     if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
         raise ValueError(f"clip must be a positive number or None, got {clip!r}")
-    _check_model(model, num_states, z_grid, return_kind)
-    parts = ReturnHindsight(model, tuple(hidden), policy_modulated, num_states, z_grid,
-                            return_kind, mix, model_input)
+    parts = _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
+                   env_params, return_kind, mix, model_input)
 
     def assign(params, trajectory: Trajectory, hparams, key=None) -> Credit:
         del key
@@ -237,7 +362,7 @@ def hca_return(
         )
 
     options = dict(form=form, mix=mix, clip=clip, baseline=baseline, return_kind=return_kind,
-                   model_input=model_input)
+                   model_input=parts.model_input, z_grid=parts.z_grid)
     return _record("hca_return", parts, assign, form == "all_action",
                    lambda: hca_return(**options, model="oracle"))
 
@@ -253,6 +378,10 @@ def c2a2c(
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
     z_grid: Optional[Any] = None,
+    z_range: Optional[Any] = None,
+    z_bins: Optional[int] = None,
+    env: Any = None,
+    env_params: Any = None,
 ) -> Estimator:
     """Credit-constrained advantage actor-critic (Alipov et al. 2021, C2A2C), reconstructed.
 
@@ -269,18 +398,16 @@ def c2a2c(
     Args:
       gate: "hard" or "soft".
       threshold: δ > 0.
-      mix, return_kind, model, model_input, hidden, policy_modulated, num_states, z_grid: as in
-        :func:`hca_return`.
+      mix, return_kind, model, model_input, hidden, policy_modulated, num_states, z_grid,
+        z_range, z_bins, env, env_params: as in :func:`hca_return`.
     """
     check_choice("gate", gate, GATES)
     if not (isinstance(threshold, (int, float)) and threshold > 0):
         raise ValueError(f"threshold must be a positive number, got {threshold!r}")
     check_choice("return_kind", return_kind, RETURN_KINDS)
-    check_choice("model_input", model_input, MODEL_INPUTS)
     check_unit("mix", mix)
-    _check_model(model, num_states, z_grid, return_kind)
-    parts = ReturnHindsight(model, tuple(hidden), policy_modulated, num_states, z_grid,
-                            return_kind, mix, model_input)
+    parts = _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
+                   env_params, return_kind, mix, model_input)
 
     def assign(params, trajectory: Trajectory, hparams, key=None) -> Credit:
         del key
@@ -298,5 +425,5 @@ def c2a2c(
         )
 
     options = dict(gate=gate, threshold=threshold, mix=mix, return_kind=return_kind,
-                   model_input=model_input)
+                   model_input=parts.model_input, z_grid=parts.z_grid)
     return _record("c2a2c", parts, assign, False, lambda: c2a2c(**options, model="oracle"))
