@@ -39,6 +39,7 @@ def test_credit_error_hand_case():
                                rtol=1e-5)
     # Decisive steps (0,0), (0,1), (1,0): signs agree, agree, disagree.
     np.testing.assert_allclose(m["sign_agreement"], 2 / 3, rtol=1e-6)
+    np.testing.assert_allclose(m["rmse_decisive"], np.sqrt(17 / 3), rtol=1e-6)
     assert float(m["decisive_steps"]) == 3
     # A credit that is an affine image of the exact one correlates perfectly.
     np.testing.assert_allclose(CE.credit_error(3 * exact + 1, exact, action, decisive)
@@ -108,6 +109,7 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
 
     same = metrics_with(table)
     np.testing.assert_allclose(same["credit/rmse_to_exact"], 0.0, atol=1e-5)
+    np.testing.assert_allclose(same["credit/rmse_decisive"], 0.0, atol=1e-5)
     np.testing.assert_allclose(same["credit/corr_to_exact"], 1.0, atol=1e-5)
     np.testing.assert_allclose(same["credit/grad_cos_to_oracle"], 1.0, atol=1e-5)
     np.testing.assert_allclose(same["credit/grad_cos_fitted"], same["credit/grad_cos_oracle"],
@@ -127,7 +129,24 @@ def test_credit_error_metrics_appear_at_evaluation_points_only():
                          total_timesteps=4 * 6 * 4, eval_every=2, eval_episodes=4)
     engine = make_engine(config)
     _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
-    for name in ("rmse_to_exact", "corr_to_exact", "sign_agreement", "grad_cos_fitted",
+    for name in ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
+                 "grad_cos_fitted",
                  "grad_cos_oracle", "grad_cos_to_oracle"):
         values = np.asarray(metrics[f"credit/{name}"])
         assert np.isnan(values[[0, 2]]).all() and np.isfinite(values[[1, 3]]).all(), name
+
+
+def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
+    """The exact return hindsight exists only for γ = 1: at γ = 0.99 the KL and the credit error
+    are NaN, in a vmapped program too (where a vectorised max(NaN, 1e-30) once laundered the
+    engine's NaN poison into a finite, wrong exact model)."""
+    # 64 environments: at 16 the vectorised max kept the NaN and the bug did not show.
+    config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit", num_envs=64,
+                         num_steps=8, total_timesteps=64 * 8 * 2, eval_every=1, eval_episodes=2)
+    engine = make_engine(config)
+    keys = jax.random.split(jax.random.key(0), 4)
+    for gamma, finite in ((0.99, False), (1.0, True)):
+        hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (4,)), Hparams.create(gamma=gamma))
+        _, metrics = jax.jit(jax.vmap(engine.train))(keys, hp)
+        for name in ("estimator/kl_to_exact", "credit/rmse_to_exact", "credit/grad_cos_oracle"):
+            assert np.isfinite(np.asarray(metrics[name])).all() == finite, (gamma, name)

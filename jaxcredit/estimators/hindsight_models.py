@@ -19,6 +19,9 @@ Two parametrisations of each:
   return model snaps Z to the nearest point of a fixed grid, as the official HCA code does. Loading
   exact log-probabilities into the table gives the exact hindsight distribution.
 
+The return MLP reads Z as a feature chosen by the estimator (``hca_return``'s ``model_input``): a
+scalar, or :func:`two_hot`, Z's linear interpolation weights on a fixed grid of returns.
+
 The state model is split into ``source`` (features of s_t), ``target`` (features of s_k) and
 ``pair_logits``. For the MLP the first layer is linear in the concatenation [s_t, s_k], so it is
 computed once per step as W_s s_t + b and W_k s_k and only added per pair: the pairwise cost is one
@@ -30,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -49,9 +53,11 @@ class ReturnHindsightModel:
     Attributes:
       init: ``init(key, obs, num_actions) -> params``; ``obs`` is ``[*batch, *obs_shape]`` (any
         batch), only its trailing ``obs_ndim`` dims are used.
-      logits: ``logits(params, obs, z, z_normalised, policy_logits) -> [*batch, A]`` logits of h.
-        ``z`` is the raw return, ``z_normalised`` the batch-standardised one (the MLP uses it; the
-        tabular grid uses the raw value). ``policy_logits`` are log π up to a constant.
+      logits: ``logits(params, obs, z, z_feature, policy_logits) -> [*batch, A]`` logits of h.
+        ``z`` ``[*batch]`` is the raw return and ``z_feature`` what the estimator's model input
+        makes of it: ``[*batch]`` (the batch-standardised or the centred Z) or ``[*batch, K]``
+        (:func:`two_hot` on a fixed grid). The MLP reads ``z_feature``; the tabular grid and the
+        oracle read the raw value. ``policy_logits`` are log π up to a constant.
     """
 
     init: Callable[..., Any]
@@ -92,6 +98,37 @@ def _flatten_obs(obs: Array, obs_ndim: int) -> Array:
     return jnp.reshape(obs, lead + (-1,)).astype(jnp.float32)
 
 
+def two_hot(z: Array, grid: Array) -> Array:
+    """Z as linear-interpolation weights on a fixed, increasing grid of returns g_0 < … < g_{K−1}.
+
+    With g_i ≤ z ≤ g_{i+1} and f = (z − g_i)/(g_{i+1} − g_i),
+
+        x(z) = (1 − f)·e_i + f·e_{i+1},     Σ_k x_k = 1,     Σ_k x_k g_k = z,
+
+    so z is recovered exactly inside the grid; z beyond an end is clipped to that end point
+    (x = e_0 or e_{K−1}). A function of z alone: the same return is the same input in every batch.
+
+    Args:
+      z: returns ``[*batch]``.
+      grid: ``[K]`` strictly increasing bin centres, K ≥ 2.
+
+    Returns:
+      ``[*batch, K]`` float32 weights, two non-zero entries at most.
+    """
+    grid = jnp.asarray(grid, jnp.float32)
+    chex.assert_rank(grid, 1)
+    num_bins = grid.shape[0]
+    if num_bins < 2:
+        raise ValueError(f"the grid needs at least 2 points, got {num_bins}")
+    z = jnp.clip(jnp.asarray(z, jnp.float32), grid[0], grid[-1])
+    low = jnp.clip(jnp.searchsorted(grid, z, side="right") - 1, 0, num_bins - 2)
+    frac = (z - grid[low]) / (grid[low + 1] - grid[low])
+    out = ((1.0 - frac)[..., None] * jax.nn.one_hot(low, num_bins)
+           + frac[..., None] * jax.nn.one_hot(low + 1, num_bins))
+    chex.assert_shape(out, z.shape + (num_bins,))
+    return out
+
+
 class _ReturnMLP(nn.Module):
     num_actions: int
     hidden: Sequence[int]
@@ -105,28 +142,33 @@ class _ReturnMLP(nn.Module):
 
 
 def return_mlp(
-    obs_ndim: int, hidden: Sequence[int] = (64,), policy_modulated: bool = True
+    obs_ndim: int, hidden: Sequence[int] = (64,), policy_modulated: bool = True,
+    feature_dim: int = 1,
 ) -> ReturnHindsightModel:
-    """An MLP hindsight model on [flatten(obs), Z_normalised].
+    """An MLP hindsight model on [flatten(obs), z_feature].
 
     Args:
       obs_ndim: number of trailing observation dims (0 for scalar observations).
       hidden: widths of the hidden layers.
       policy_modulated: add stop_gradient(log π) to the output logits (COCOA's parametrisation).
+      feature_dim: width of ``z_feature``: 1 for a scalar feature ``[*batch]``, K for the
+        :func:`two_hot` encoding ``[*batch, K]``.
     """
     hidden = tuple(int(w) for w in hidden)
+    feature_dim = int(feature_dim)
 
     def init(key, obs, num_actions):
         x = _flatten_obs(obs, obs_ndim)
         x = jnp.reshape(x, (-1, x.shape[-1]))[:1]
         net = _ReturnMLP(num_actions, hidden)
-        return net.init(key, jnp.concatenate([x, jnp.zeros((1, 1))], -1))
+        return net.init(key, jnp.concatenate([x, jnp.zeros((1, feature_dim))], -1))
 
-    def logits(params, obs, z, z_normalised, policy_logits):
-        del z
+    def logits(params, obs, z, z_feature, policy_logits):
         num_actions = policy_logits.shape[-1]
         x = _flatten_obs(obs, obs_ndim)
-        x = jnp.concatenate([x, z_normalised[..., None].astype(jnp.float32)], -1)
+        feature = z_feature[..., None] if z_feature.ndim == z.ndim else z_feature
+        chex.assert_shape(feature, z.shape + (feature_dim,))
+        x = jnp.concatenate([x, feature.astype(jnp.float32)], -1)
         out = _ReturnMLP(num_actions, hidden).apply(params, x)
         if policy_modulated:
             out = out + jax.lax.stop_gradient(jax.nn.log_softmax(policy_logits))
@@ -152,8 +194,8 @@ def return_tabular(num_states: int, z_grid: Array, policy_modulated: bool = Fals
         del key, obs
         return {"table": jnp.zeros((num_states, z_grid.shape[0], num_actions), jnp.float32)}
 
-    def logits(params, obs, z, z_normalised, policy_logits):
-        del z_normalised
+    def logits(params, obs, z, z_feature, policy_logits):
+        del z_feature
         s = state_of(obs)
         b = jnp.argmin(jnp.abs(z[..., None] - z_grid), axis=-1)
         out = params["table"][s, b]
@@ -318,6 +360,9 @@ def return_oracle() -> ReturnHindsightModel:
         else:
             p_sa, p_s, pi, support = params["grid"]
             h = return_law.return_hindsight_at(p_sa, p_s, pi, support, s, z)
-        return jnp.log(jnp.maximum(h, 1e-30))
+        # NaN stays NaN (the exact model of a discounted return does not exist: the engine
+        # poisons its parameters): a vectorised max on XLA:CPU may return 1e-30 for
+        # max(NaN, 1e-30), which turned the poison into a finite, wrong model.
+        return jnp.where(jnp.isnan(h), jnp.nan, jnp.log(jnp.maximum(h, 1e-30)))
 
     return ReturnHindsightModel(init=lambda key, obs, num_actions: {}, logits=logits)
