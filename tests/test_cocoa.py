@@ -25,6 +25,7 @@ from jaxcredit.agents import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams
 from jaxcredit.envs import tabular
 from jaxcredit.estimators import cocoa as C
+from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators import contribution as CO
 from jaxcredit.estimators import hca as H
 from jaxcredit.estimators import make_estimator
@@ -233,7 +234,7 @@ def test_grouped_pairs_with_exact_coefficients_match_all_pairs():
 
 def test_hypernet_hindsight_hand_cases():
     num_actions = 3
-    model = C.hypernet_hindsight(obs_ndim=1, hidden=4)
+    model = hm.hypernet_hindsight(obs_ndim=1, hidden=4)
     obs, u = jnp.ones((1, 2)), jnp.eye(2)[:1]
     params = model.init(jax.random.key(0), obs, num_actions, u)
     pi = jnp.array([0.5, 0.3, 0.2])
@@ -262,7 +263,7 @@ def test_hypernet_hindsight_hand_cases():
     np.testing.assert_allclose(jnp.exp(log_h(jnp.concatenate([zero, eye], 1))),
                                np.array([0.25, 0.21, 0.16]) / 0.62, atol=1e-6)
     # relu_gate: relu of the first half minus relu of the second.
-    np.testing.assert_allclose(C.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5])), [-2.0, -0.5])
+    np.testing.assert_allclose(hm.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5])), [-2.0, -0.5])
 
 
 def test_grouped_pairs_need_an_object_with_values():

@@ -148,3 +148,26 @@ def test_inf_is_accepted_only_for_gradient_clips():
         TrainConfig(policy_epsilon=1.0).resolved()
     with pytest.raises(ValueError, match="adam_eps"):
         TrainConfig(adam_eps=0.0).resolved()
+
+
+@pytest.mark.parametrize("name", ["hca_state", "cocoa_reward", "cocoa_feature"])
+def test_cocoa_hypernet_serves_every_contribution_estimator(name):
+    """COCOA's hindsight network is an option of HCA+, COCOA-reward and COCOA-feature: its loss
+    has a gradient and its credit is an advantage (Σ_a π A = 0 for the future part)."""
+    from jaxcredit.estimators import make_estimator  # noqa: PLC0415
+
+    engine = _key_to_door_engine(estimator=name, estimator_options=(
+        ("model", "hypernet"), ("hidden", 16)))
+    state = engine.init(jax.random.key(0))
+    hp = Hparams.create(gamma=1.0)
+    traj = engine.collect(state, hp, jax.random.key(1)).trajectory
+    est = make_estimator(name, model="hypernet", hidden=16, env=engine.env,
+                         env_params=engine.env_params)
+    params = state.estimator.params
+    grads = jax.grad(lambda p: est.loss(p, traj, hp, jax.random.key(2))[0])(params)
+    assert float(optax.global_norm(grads)) > 0
+    credit = est.assign(params, traj, hp, jax.random.key(3)).advantage
+    pi = jax.nn.softmax(traj.logits)
+    immediate = (jax.nn.one_hot(traj.action, 4) / jnp.take_along_axis(
+        pi, traj.action[..., None], -1) - 1) * traj.reward[..., None]
+    np.testing.assert_allclose(jnp.sum(pi * (credit - immediate), -1), 0.0, atol=1e-4)

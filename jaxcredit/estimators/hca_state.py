@@ -58,7 +58,9 @@ def hca_state(
         it), and it is what lets hindsight work when states are aliased (DelayedEffect's
         observations): r_k then carries the evidence. A hybrid of HCA+ and COCOA-reward. Its
         target then differs from the exact h(a|s_t, s_k) that ``estimator/kl_to_exact`` uses.
-      model: "mlp", "tabular" (state observations; needs ``num_states``), "oracle" (the exact
+      model: "mlp", "hypernet" (COCOA's network, ``hindsight_models.hypernet_hindsight``, on
+        u = s_k; ``hidden=256`` as COCOA), "tabular" (state observations; needs
+        ``num_states``), "oracle" (the exact
         h_γ of the current policy, supplied by the engine on environments with ground truth),
         or a StateHindsightModel.
       hidden: MLP width.
@@ -66,7 +68,7 @@ def hca_state(
     """
     check_pair_options(pairs, num_pairs, chunk)
     if not isinstance(model, hm.StateHindsightModel):
-        check_choice("model", model, ("mlp", "tabular", "oracle"))
+        check_choice("model", model, ("mlp", "hypernet", "tabular", "oracle"))
         if model == "tabular" and num_states is None:
             raise ValueError("model='tabular' needs num_states")
     oracle = model == "oracle"
@@ -79,6 +81,8 @@ def hca_state(
         if model == "mlp":
             return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated,
                                 condition_on_reward)
+        if model == "hypernet":  # COCOA's HCA+: its hindsight network on u = s_k
+            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden, obs_ndim(trajectory))
         return hm.state_tabular(num_states, policy_modulated)
 
     options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,

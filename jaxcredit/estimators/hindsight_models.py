@@ -283,6 +283,90 @@ def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
     return StateHindsightModel(init=init, source=source, target=target, pair_logits=pair_logits)
 
 
+def relu_gate(y: Array) -> Array:
+    """relu(y₁) − relu(y₂) of the two halves of the last axis (COCOA's ``relu_gate``): a
+    two-sided output that is exactly 0 on a whole region, so a gate can switch a term off."""
+    first, second = jnp.split(y, 2, axis=-1)
+    return nn.relu(first) - nn.relu(second)
+
+
+class _HypernetHead(nn.Module):
+    num_actions: int
+    hidden: int
+
+    def setup(self):
+        self.src = nn.Dense(self.hidden)
+        self.tgt = nn.Dense(self.hidden, use_bias=False)
+        self.out = nn.Dense(2 * self.num_actions)
+        self.gate = nn.Dense(4 * self.num_actions ** 2)
+
+    def __call__(self, x_src: Array, x_tgt: Array, log_pi: Array) -> Array:  # only for init
+        return self.head(self.source(x_src), self.target(x_tgt), log_pi)
+
+    def source(self, x: Array) -> Array:
+        return self.src(x)
+
+    def target(self, x: Array) -> Array:
+        return self.tgt(x)
+
+    def head(self, u: Array, v: Array, log_pi: Array) -> Array:
+        z = nn.relu(u + v)
+        num_actions = self.num_actions
+        gate = relu_gate(self.gate(z)).reshape(z.shape[:-1] + (num_actions, 2 * num_actions))
+        log_not_pi = jnp.log(jnp.maximum(-jnp.expm1(log_pi), 1e-30))
+        policy_terms = jnp.concatenate([log_pi, log_not_pi], -1)
+        return (log_pi + relu_gate(self.out(z))
+                + jnp.einsum("...ab,...b->...a", gate, policy_terms))
+
+
+def hypernet_hindsight(obs_ndim: int, hidden: int = 256,
+                       target_ndim: int = 1) -> StateHindsightModel:
+    """COCOA's policy-modulated hindsight network ("hypernet", ``ccoa/networks/models.py``
+    53–67 and ``contribution_coefficient.py`` 182–207 of the official code):
+
+        z = relu(W [s_t, u_k] + b)                         (256 units)
+        ℓ = relu_gate(W_ℓ z)                               (A outputs)
+        G = relu_gate(W_G z)  reshaped [A, 2A]
+        log h(·|s_t, u_k) = log_softmax(log π + ℓ + G [log π, log(1 − π)])
+
+    with π(·|s_t) the behaviour policy that collected the data (its stored log-probs, no
+    gradient). The model is a function of the current policy as well as of (s_t, u_k): the
+    gate G rescales log π and log(1 − π) action by action, so the same weights give a different
+    hindsight distribution when π moves — the model follows a moving policy from on-policy data
+    rather than relearning it. Default flax initialisation (LeCun normal, zero biases: haiku's
+    default in the official code), so h ≠ π at the start. The first layer is factored into
+    source and target projections like :func:`state_mlp`.
+    """
+    hidden = int(hidden)
+
+    def inputs(x, ndim):
+        return _flatten_obs(x, ndim)
+
+    def init(key, obs, num_actions, target=None):
+        x = jnp.reshape(inputs(obs, obs_ndim), (-1, inputs(obs, obs_ndim).shape[-1]))[:1]
+        y = jnp.reshape(inputs(target, target_ndim), (-1, inputs(target, target_ndim)
+                                                        .shape[-1]))[:1]
+        log_pi = jnp.full((1, num_actions), -jnp.log(num_actions), jnp.float32)
+        return _HypernetHead(num_actions, hidden).init(key, x, y, log_pi)
+
+    def module(params):
+        return _HypernetHead(params["params"]["out"]["kernel"].shape[-1] // 2, hidden)
+
+    def source(params, obs):
+        return module(params).apply(params, inputs(obs, obs_ndim), method=_HypernetHead.source)
+
+    def target(params, u, reward):
+        del reward
+        return module(params).apply(params, inputs(u, target_ndim), method=_HypernetHead.target)
+
+    def pair_logits(params, src, tgt, policy_logits):
+        log_pi = jax.lax.stop_gradient(jax.nn.log_softmax(policy_logits))
+        return module(params).apply(params, src, tgt, log_pi, method=_HypernetHead.head)
+
+    return StateHindsightModel(init=init, source=source, target=target,
+                                  pair_logits=pair_logits)
+
+
 def state_tabular(num_states: int, policy_modulated: bool = False,
                   num_targets: Optional[int] = None) -> StateHindsightModel:
     """A tabular h(a | s_t, u_k): logits table ``[S, U, A]`` on state indices (:func:`state_of`)
