@@ -1,20 +1,22 @@
-"""Why a fitted hindsight model drives KeyToDoor's key action to zero when the exact one does not.
+"""Where a fitted credit model's credit goes wrong on KeyToDoor: the engine's credit-error metrics
+at every update of a short run.
 
-Trains A2C with a fitted model (``hca_return``, or COCOA's ``cocoa_reward`` with ``--estimator``)
-on KeyToDoor, with the experiment's settings, and at every update also assigns
-the credit of the same window with the *exact* model of the current policy (the oracle twin).
-For the first step of each episode (s₀, where the key is picked or not) it records
+One engine run (``jaxcredit.experiment.Case``, all seeds vmapped) of a learner of ``run.py``
+(default: A2C with the fitted ``cocoa_reward``) with an evaluation after every update. Each
+evaluation assigns the credit of a held-out window twice, with the fitted model and with the same
+estimator's exact model (same window and key; ``jaxcredit.agents.credit_error``), and records
 
-* the policy-gradient signal on the key logit, mean_i (1[a_i = KEY] − π(KEY|s₀)) · Â_0,i, under
-  the fitted and under the exact model, and the exact one from dynamic programming,
-  π(KEY|s₀) · A^π(s₀, KEY);
-* the hindsight ratio h(KEY | s₀, Z) / π(KEY | s₀) of both models, and its correlation with Z;
-* the KL between the two models at s₀ and over all steps (what ``estimator/kl_to_exact`` reports).
+* π(KEY | s₀) (``eval/key_rate``) and the KL from the exact to the fitted model;
+* the credit's RMSE against the exact model's, overall and for the action taken at the decisive
+  steps (the key at s₀ and the door), and the sign agreement there;
+* the cosine between the policy gradient of each credit and the exact gradient ∇J.
 
     python experiments/key_to_door/probe.py [--length 23] [--updates 96] [--seeds 4]
-    python experiments/key_to_door/probe.py --estimator cocoa_reward
+    python experiments/key_to_door/probe.py --learner hca_return
+    python experiments/key_to_door/probe.py --regime cocoa --length 103 --updates 400
 
-Writes ``probe.json`` and ``probe.md`` into ``--out`` (default: a new folder under runs/).
+Writes the run directory, ``probe.json`` and ``probe.md`` into ``--out`` (default: a new folder
+under runs/); ``--publish`` copies the report into ``results/`` as ``probe_<learner>.md``.
 """
 
 from __future__ import annotations
@@ -25,136 +27,113 @@ import pathlib
 import sys
 from typing import Optional
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
-from jaxcredit.agents import Hparams, make_engine
-from jaxcredit.agents import ground_truth as gt
-from jaxcredit.envs.key_to_door import PICK_KEY
 
 HERE = pathlib.Path(__file__).resolve().parent
+COLUMNS = (("eval/key_rate", "π(KEY\\|s₀)"), ("estimator/kl_to_exact", "KL"),
+           ("credit/rmse_to_exact", "credit RMSE"), ("credit/rmse_decisive", "RMSE, decisive"),
+           ("credit/sign_agreement", "sign agreement, decisive"),
+           ("credit/corr_to_exact", "corr"),
+           ("credit/grad_cos_fitted", "cos(∇ fitted, ∇J)"),
+           ("credit/grad_cos_oracle", "cos(∇ exact model, ∇J)"))
 
 
 @dataclasses.dataclass
 class Args:
-    """Fitted against exact return hindsight at the key decision (module docstring)."""
+    """The fitted model's credit against the exact model's, update by update (module doc)."""
 
     length: int = 23
     """track length L"""
-    estimator: str = "hca_return"
-    """hca_return or cocoa_reward (the fitted model probed against its exact twin)"""
+    learner: str = "cocoa_reward"
+    """a learner of run.py with a fitted model and an exact twin (cocoa_reward, hca_return,
+    hca_state, c2a2c)"""
+    regime: str = "jaxcredit"
+    """jaxcredit | cocoa (run.py's --regime)"""
     updates: int = 96
-    """updates per seed"""
+    """updates per seed (an evaluation after each)"""
     seeds: int = 4
     """seeds (vmapped)"""
     out: Optional[str] = None
     """output folder (default: a new one under runs/experiments/)"""
+    publish: bool = False
+    """copy probe.md into results/ as probe_<learner>.md (--force replaces it)"""
+    force: bool = False
+    """with --publish: replace the published file"""
 
 
-def key_signal(advantage: jax.Array, action: jax.Array, pi_s0: jax.Array) -> jax.Array:
-    """The policy-gradient term on the key logit at s₀, averaged over episodes: per-step credit
-    (1[a = KEY] − π(KEY))·Â₀, all-action credit π(KEY)·(A₀[KEY] − Σ_b π(b)·A₀[b])."""
-    if advantage.ndim == 3:  # [T, N, A]
-        a0 = advantage[0]
-        return jnp.mean(pi_s0[PICK_KEY] * (a0[:, PICK_KEY] - a0 @ pi_s0))
-    return jnp.mean(((action[0] == PICK_KEY) - pi_s0[PICK_KEY]) * advantage[0])
-
-
-def make_probe(length: int, estimator: str = "hca_return"):
+def load_run_module():
     sys.path.insert(0, str(HERE))
-    from run import case  # noqa: PLC0415 (the experiment's own settings)
+    import run  # noqa: PLC0415 (the experiment's own settings)
 
-    settings = case(length, estimator, 1)
-    config = dataclasses.replace(settings.config, total_timesteps=8 * length, eval_every=0)
-    engine = make_engine(config)
-    twin = engine.estimator.oracle()
-    hparams = Hparams.create(**settings.settings[0])
-    pairwise = engine.estimator.exact_model == "reward_hindsight"
-
-    def probe(state, key):
-        window = engine.collect(state, hparams, key)
-        traj, credit, fitted, _ = engine.assign_credit(state, window.trajectory, hparams, key)
-        mdp = engine.ground_truth.mdp()
-        pi = gt.policy_table(engine.network, state.agent.params, mdp)
-        exact_params = gt.exact_model_params(engine.estimator.exact_model, engine.ground_truth,
-                                             mdp, pi, hparams.gamma)
-        exact_credit = twin.assign(exact_params, traj, hparams, key)
-        log_h, weight = engine.estimator.hindsight(fitted.estimator.params, traj, hparams, key)
-        log_x, _ = twin.hindsight(exact_params, traj, hparams, key)
-        pi_key = pi[0, PICK_KEY]
-        advantage = gt.tabular.advantages(mdp, pi, 1.0)
-        kl = lambda p, q: jnp.sum(jnp.exp(p) * (p - q), -1).mean()  # noqa: E731
-        out = {
-            "pi_key": pi_key,
-            "signal_fitted": key_signal(credit.advantage, traj.action, pi[0]),
-            "signal_exact_model": key_signal(exact_credit.advantage, traj.action, pi[0]),
-            "signal_dp": pi_key * advantage[0, PICK_KEY],
-        }
-        if pairwise:
-            # log h [N, T, K, A] at sampled pairs (s_t, u_k), weight [N, T, K] (rewarded ones):
-            # the coefficient of the key at s₀ for the rewards that followed, and the KL there.
-            w0 = weight[:, 0]
-            ratio_fit = jnp.exp(log_h[:, 0, :, PICK_KEY]) / pi_key
-            ratio_exact = jnp.exp(log_x[:, 0, :, PICK_KEY]) / pi_key
-            kl_pairs = jnp.sum(jnp.exp(log_x[:, 0]) * (log_x[:, 0] - log_h[:, 0]), -1)
-            mean0 = lambda v: jnp.sum(w0 * v) / jnp.maximum(jnp.sum(w0), 1e-9)  # noqa: E731
-            nan = jnp.float32(jnp.nan)
-            out.update({"ratio_fitted_mean": mean0(ratio_fit),
-                        "ratio_exact_mean": mean0(ratio_exact),
-                        "corr_ratio_z_fitted": nan, "corr_ratio_z_exact": nan,
-                        "kl_s0": mean0(kl_pairs), "kl_all": nan})
-            state, _ = engine.update_step(state, hparams)
-            return state, out
-        z = traj.reward[::-1].cumsum(0)[::-1][0]  # the episode's return (windows = episodes)
-        ratio_fit = jnp.exp(log_h[0, :, PICK_KEY]) / pi_key
-        ratio_exact = jnp.exp(log_x[0, :, PICK_KEY]) / pi_key
-        corr = lambda a, b: jnp.corrcoef(a, b)[0, 1]  # noqa: E731
-        out.update({
-            "ratio_fitted_mean": ratio_fit.mean(),
-            "ratio_exact_mean": ratio_exact.mean(),
-            "corr_ratio_z_fitted": corr(ratio_fit, z),
-            "corr_ratio_z_exact": corr(ratio_exact, z),
-            "kl_s0": kl(log_x[0], log_h[0]),
-            "kl_all": kl(log_x, log_h),
-        })
-        state, _ = engine.update_step(state, hparams)
-        return state, out
-
-    return engine, probe
+    return run
 
 
-def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    engine, probe = make_probe(args.length, args.estimator)
+def probe_case(args: Args) -> X.Case:
+    run = load_run_module()
+    if args.regime not in run.REGIMES:
+        raise ValueError(f"--regime must be one of {', '.join(run.REGIMES)}")
+    if args.updates < 4 or args.length < 4:
+        raise ValueError("need --updates >= 4 and --length >= 4")
+    case = run.case(args.length, args.learner, args.updates, regime=args.regime)
+    config = dataclasses.replace(case.config, eval_every=1, eval_episodes=2)
+    return dataclasses.replace(case, name=f"probe_{case.name.replace('/', '_')}", config=config)
 
-    def seed(key):
-        return jax.lax.scan(probe, engine.init(key), jax.random.split(key, args.updates))[1]
 
-    keys = jax.random.split(jax.random.key(7), args.seeds)
-    out = jax.device_get(jax.jit(jax.vmap(seed))(keys))  # each [S, U]
-    out = {k: np.asarray(v, np.float64) for k, v in out.items()}
-    folder = pathlib.Path(args.out) if args.out else X.default_out("key_to_door_probe")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "probe.json").write_text(json.dumps({k: v.tolist() for k, v in out.items()}))
+def report(folder: pathlib.Path, case: X.Case, args: Args) -> list[str]:
+    run_dir = folder / case.name
+    curves = {}
+    for metric, _ in COLUMNS:
+        try:
+            curves[metric] = X.curves(run_dir, metric)[1]  # [S, U]
+        except (KeyError, ValueError):
+            raise ValueError(f"{args.learner!r} reports no {metric}: it needs a fitted model "
+                             f"with an exact twin") from None
+    (folder / "probe.json").write_text(json.dumps({k: v.tolist() for k, v in curves.items()}))
     blocks = np.array_split(np.arange(args.updates), 4)
-    lines = [f"KeyToDoor L={args.length}, A2C + fitted {args.estimator}, {args.seeds} seeds; "
-             "each row averages a quarter of the updates (then over seeds). Signal: the "
-             "policy-gradient term on the key logit at s₀. For the pairwise cocoa_reward, h/π "
-             "and the KL are at s₀'s rewarded pairs (s₀, r_k).", "",
-             "| updates | π(KEY\\|s₀) | signal fitted | signal exact model | signal DP | "
-             "h/π fitted | h/π exact | corr(h/π, Z) fitted | corr exact | KL at s₀ | KL all |",
-             "|---" * 11 + "|"]
-    for block in blocks:
-        row = [np.nanmean(out[k][:, block]) for k in (
-            "pi_key", "signal_fitted", "signal_exact_model", "signal_dp", "ratio_fitted_mean",
-            "ratio_exact_mean", "corr_ratio_z_fitted", "corr_ratio_z_exact", "kl_s0", "kl_all")]
+    lines = [f"KeyToDoor L={args.length}, {args.learner} ({args.regime} regime), {args.seeds} "
+             f"seeds, {args.updates} updates; each row averages a quarter of the updates, then "
+             "the seeds. Every number is the engine's evaluation metric on a held-out window: "
+             "the fitted model's credit against the exact model's on the same window and key "
+             "(`python experiments/key_to_door/probe.py "
+             f"--length {args.length} --learner {args.learner} --regime {args.regime} "
+             f"--updates {args.updates} --seeds {args.seeds}`).", "",
+             "| updates | " + " | ".join(title for _, title in COLUMNS) + " |",
+             "|---" * (len(COLUMNS) + 1) + "|"]
+    for i, block in enumerate(blocks):
+        # Every metric is measured at every update (an evaluation after each).
+        row = [np.nanmean(np.array_split(curves[metric], 4, axis=1)[i]) for metric, _ in COLUMNS]
         lines.append(f"| {block[0] + 1}–{block[-1] + 1} | " + " | ".join(
             f"{x:.4f}" for x in row) + " |")
     (folder / "probe.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    return lines
+
+
+def main(argv=None) -> int:
+    args = tyro.cli(Args, args=argv)
+    try:
+        case = probe_case(args)
+    except ValueError as err:
+        print(f"probe.py: error: {err}", file=sys.stderr)
+        return 2
+    folder = pathlib.Path(args.out) if args.out else X.default_out("key_to_door_probe")
+    X.run_cases([case], folder, num_seeds=args.seeds, seed=7, num_chunks=1)
+    try:
+        report(folder, case, args)
+    except ValueError as err:
+        print(f"probe.py: error: {err}", file=sys.stderr)
+        return 2
+    if args.publish:
+        target = HERE / "results" / f"probe_{args.learner.replace(' ', '_')}.md"
+        if target.exists() and not args.force:
+            print(f"probe.py: error: {target} exists; add --force to replace it",
+                  file=sys.stderr)
+            return 2
+        target.write_text((folder / "probe.md").read_text())
+        print(f"published {target}")
     return 0
 
 

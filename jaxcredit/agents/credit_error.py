@@ -9,10 +9,10 @@ estimator's exact model (the oracle twin), on the same window and key, and compa
 
 * the credit itself: ``rmse_to_exact`` = √mean (A_fit − A_exact)², ``corr_to_exact`` (Pearson, over
   every entry: every action's credit for all-action estimators);
-* its sign for the action taken at the *decisive* steps, those whose state's exact advantage
+* the credit of the action taken at the *decisive* steps, those whose state's exact advantage
   spread max_a A^π(s, a) − min_a A^π(s, a) is at least :data:`DECISIVE_SHARE` of the largest
   spread over the MDP's states (KeyToDoor: the key and the door; DelayedEffect: the first
-  action): ``sign_agreement``;
+  action): its sign (``sign_agreement``) and its error (``rmse_decisive``);
 * the policy gradient each credit gives against the exact gradient ∇_θ J(π_θ) of the
   undiscounted return by dynamic programming: ``grad_cos_fitted``, ``grad_cos_oracle`` (the
   oracle's own noise floor on the same window) and ``grad_cos_to_oracle``.
@@ -65,16 +65,20 @@ def decisive_states(exact_advantage: Array) -> Array:
 
 
 def credit_error(fitted: Array, exact: Array, action: Array, decisive: Array) -> dict:
-    """rmse, correlation and decisive-step sign agreement of ``fitted`` against ``exact`` credit
-    (same shape: ``[T, *batch]`` or ``[T, *batch, A]``); ``decisive`` ``[T, *batch]`` bool.
-    The sign agreement is NaN where no step is decisive."""
+    """rmse, correlation, and the decisive steps' sign agreement and rmse (of the taken
+    action's credit) of ``fitted`` against ``exact`` credit (same shape: ``[T, *batch]`` or
+    ``[T, *batch, A]``); ``decisive`` ``[T, *batch]`` bool. The decisive-step metrics are NaN
+    where no step is decisive."""
     diff = fitted - exact
     f, e = fitted - fitted.mean(), exact - exact.mean()
     corr = jnp.sum(f * e) / jnp.maximum(jnp.sqrt(jnp.sum(f * f) * jnp.sum(e * e)), 1e-30)
     agree = jnp.sign(taken_credit(fitted, action)) == jnp.sign(taken_credit(exact, action))
     count = decisive.sum()
+    taken_diff = taken_credit(diff, action)
     return {
         "rmse_to_exact": jnp.sqrt(jnp.mean(diff ** 2)),
+        "rmse_decisive": jnp.where(count > 0, jnp.sqrt(jnp.sum(jnp.where(
+            decisive, taken_diff ** 2, 0.0)) / jnp.maximum(count, 1)), jnp.nan),
         "corr_to_exact": corr,
         "sign_agreement": jnp.where(count > 0, jnp.sum(agree & decisive) / count, jnp.nan),
         "decisive_steps": count.astype(jnp.float32),
