@@ -28,6 +28,12 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "hca_return": dict(algo="a2c", estimator="hca_return"),
     "hca_return all-action": dict(algo="a2c", estimator="hca_return",
                                   estimator_options=(("form", "all_action"),)),
+    # The return read on a coarse fixed grid (8 bins over the environment's return range,
+    # two-hot) instead of standardised per batch (docs/hca.md, "A fixed grid").
+    "hca_return grid": dict(algo="a2c", estimator="hca_return",
+                            estimator_options=(("model_input", "grid"), ("z_bins", 8))),
+    # Hindsight-DICE: the ratio π/h learned by DualDICE instead of divided.
+    "hca_dice": dict(algo="a2c", estimator="hca_dice"),
     "hca_state": dict(algo="a2c", estimator="hca_state"),
     "c2a2c": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "hard"),)),
     "c2a2c soft": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "soft"),)),
@@ -86,4 +92,4 @@ def is_learned(label: str) -> bool:
     """True if the learner fits a credit model (so oracle and 1-step variants make sense)."""
     base = label.split(" oracle")[0].split(" 1-step")[0]
     return LEARNERS.get(base, {}).get("estimator") in (
-        "hca_return", "hca_state", "c2a2c", "cocoa_reward", "cocoa_feature")
+        "hca_return", "hca_dice", "hca_state", "c2a2c", "cocoa_reward", "cocoa_feature")

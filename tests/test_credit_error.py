@@ -148,5 +148,6 @@ def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
     for gamma, finite in ((0.99, False), (1.0, True)):
         hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (4,)), Hparams.create(gamma=gamma))
         _, metrics = jax.jit(jax.vmap(engine.train))(keys, hp)
-        for name in ("estimator/kl_to_exact", "credit/rmse_to_exact", "credit/grad_cos_oracle"):
+        for name in ("estimator/kl_to_exact", "credit/rmse_to_exact", "credit/grad_cos_oracle",
+                     "credit/ratio_rmse_to_exact"):
             assert np.isfinite(np.asarray(metrics[name])).all() == finite, (gamma, name)

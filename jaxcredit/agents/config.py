@@ -73,7 +73,7 @@ class TrainConfig:
     objective: Optional[str] = None
     """objective stage: pg | ppo | module:factory (default: the algo's)"""
     estimator: Optional[str] = None
-    """estimate stage: gae, mc, nstep, lambda_returns, hca_return, hca_state, c2a2c,
+    """estimate stage: gae, mc, nstep, lambda_returns, hca_return, hca_dice, hca_state, c2a2c,
     cocoa_reward, cocoa_feature, grpo, dr_grpo, rloo, belief, known_answer, or module:factory
     (default: gae, or mc for reinforce); for dqn the Q target: double_q | q_learning"""
     estimator_options: Options = ()

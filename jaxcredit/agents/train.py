@@ -458,6 +458,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         metrics["grad_cos_fitted"] = credit_error.tree_cosine(g_fitted, exact_gradient)
         metrics["grad_cos_oracle"] = credit_error.tree_cosine(g_oracle, exact_gradient)
         metrics["grad_cos_to_oracle"] = credit_error.tree_cosine(g_fitted, g_oracle)
+        if estimator.credit_ratio is not None and exact_twin.credit_ratio is not None:
+            # ρ = π/h at the actions taken: divided (hca_return) or learned (hca_dice).
+            error = (estimator.credit_ratio(state.estimator.params, traj, hparams)
+                     - exact_twin.credit_ratio(exact, traj, hparams))
+            metrics["ratio_rmse_to_exact"] = jnp.sqrt(jnp.mean(error ** 2))
         return metrics
 
     def evaluate(state: TrainState, hparams: Hparams) -> Metrics:

@@ -48,6 +48,7 @@ AssignFn = Callable[[Any, Trajectory, Any, jax.Array], Credit]
 LossFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]]
 HindsightFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, jax.Array]]
 UpdateFn = Callable[[Any, Trajectory, Any], Any]
+RatioFn = Callable[[Any, Trajectory, Any], jax.Array]
 
 EXACT_MODELS = ("state_hindsight", "return_hindsight", "reward_hindsight")
 
@@ -80,6 +81,9 @@ class Estimator:
       is_oracle: True for a twin built by ``oracle()``: the engine supplies its params.
       update: the rule that revises a non-gradient model after ``assign`` (or None).
       episode_windows: True if ``assign`` reads each window column as one whole episode.
+      credit_ratio: ``(params, trajectory, hparams) -> [T, *batch]`` the credit ratio
+        ρ = π(a_t|s_t) / h(a_t|s_t, ·) at the actions taken, for estimators built on one
+        (return hindsight): the engine reports its error against the exact model's.
     """
 
     name: str
@@ -94,6 +98,7 @@ class Estimator:
     is_oracle: bool = False
     update: Optional[UpdateFn] = None
     episode_windows: bool = False
+    credit_ratio: Optional[RatioFn] = None
 
     def __post_init__(self):
         if self.exact_model is not None and self.exact_model not in EXACT_MODELS:

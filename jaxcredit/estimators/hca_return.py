@@ -279,11 +279,16 @@ def _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins,
 def _record(name, parts: ReturnHindsight, assign, all_action: bool, twin) -> Estimator:
     """The Estimator record of a return-hindsight estimator (learned, or its oracle twin)."""
     exact = "return_hindsight" if parts.return_kind == "mc" else None
+
+    def ratio(params, trajectory: Trajectory, hparams) -> Array:
+        _, _, pi_a, _, h_a = parts.mixed(params, trajectory, hparams)
+        return credit_ratio(pi_a, h_a)
+
     return Estimator(
         name=name, init=parts.init, assign=assign, loss=parts.loss, all_action=all_action,
         learned=not parts.oracle, exact_model=exact, is_oracle=parts.oracle,
         oracle=None if (parts.oracle or exact is None) else twin,
-        hindsight=parts.hindsight)
+        hindsight=parts.hindsight, credit_ratio=ratio)
 
 
 def hca_return(

@@ -19,6 +19,7 @@ ESTIMATORS = Registry("estimator", {
     "hca_return": "jaxcredit.estimators.hca_return:hca_return",
     "hca_state": "jaxcredit.estimators.hca_state:hca_state",
     "c2a2c": "jaxcredit.estimators.hca_return:c2a2c",
+    "hca_dice": "jaxcredit.estimators.hca_dice:hca_dice",
     "cocoa_reward": "jaxcredit.estimators.cocoa:cocoa_reward",
     "cocoa_feature": "jaxcredit.estimators.cocoa:cocoa_feature",
     "grpo": "jaxcredit.estimators.group:grpo",
