@@ -207,6 +207,90 @@ def aggregate_table(scores: dict, baseline: str | None = None, digits: int = 3
     return lines, agg
 
 
+# The fitted model's credit against its exact twin's (jaxcredit.agents.credit_error), with the
+# titles the experiment tables give them.
+CREDIT_ERROR_METRICS = {
+    "estimator/kl_to_exact": "KL(exact ‖ fitted hindsight model)",
+    "credit/rmse_to_exact": "credit RMSE against the exact model (same window and key)",
+    "credit/rmse_decisive": "credit RMSE at the decisive steps",
+    "credit/sign_agreement": "sign agreement with the exact model's credit at the decisive "
+                             "steps",
+    "credit/ratio_rmse_to_exact": "RMSE of the credit ratio π/h at the actions taken",
+    "credit/grad_cos_fitted": "cos(policy gradient of the fitted credit, exact ∇J)",
+    "credit/grad_cos_oracle": "cos(policy gradient of the exact model's credit, exact ∇J), "
+                              "same windows",
+}
+
+
+def credit_error_entries(run_dir: pathlib.Path, last: int = 4) -> dict:
+    """``{metric + "/final": per-seed values}`` of each credit-error metric the run recorded
+    (mean over its last ``last`` evaluations); empty for a learner without an exact twin."""
+    out = {}
+    for metric in CREDIT_ERROR_METRICS:
+        try:
+            out[metric + "/final"] = final(run_dir, metric, last=last).tolist()
+        except (KeyError, ValueError):
+            pass
+    return out
+
+
+def credit_error_tables(rows: Sequence[str], learners: Sequence[str],
+                        entry: Callable[[str, str], dict | None], last: int = 4) -> list[str]:
+    """Markdown tables of the credit-error metrics (one per metric) for the learners that
+    report them; ``entry(row, learner)`` is a results dict with ``metric + "/final"`` keys."""
+    lines = []
+    for metric, title in CREDIT_ERROR_METRICS.items():
+        key = metric + "/final"
+        columns = [label for label in learners
+                   if any(key in (entry(row, label) or {}) for row in rows)]
+        if not columns:
+            continue
+
+        def cell(row, col, key=key):
+            values = (entry(row, col) or {}).get(key)
+            return "" if values is None else mean_ci_cell(values, 4)
+
+        lines += [f"### {title}, mean over the last {last} evaluations", ""]
+        lines += markdown_table(rows, columns, cell) + [""]
+    return lines
+
+
+def oracle_of(label: str, learners: Sequence[str]) -> str | None:
+    """The learner with the exact model that ``label``'s fitted model approximates: "<label>
+    oracle", else the base estimator's ("hca_return grid" -> "hca_return oracle")."""
+    if label.endswith("oracle"):
+        return None
+    for candidate in (f"{label} oracle", f"{label.split()[0]} oracle"):
+        if candidate in learners:
+            return candidate
+    return None
+
+
+def gain_share_table(rows: Sequence[str], learners: Sequence[str],
+                     scores: Callable[[str, str], Sequence[float]], what: str,
+                     baseline: str = "A2C+GAE") -> list[str]:
+    """The share of the oracle's gain over ``baseline`` that each fitted learner recovers,
+    (fitted − baseline) / (oracle − baseline) of the seed means with a bootstrap 95% interval
+    (``stats.oracle_gain_share``); ``scores(row, learner)`` gives the per-seed values."""
+    from jaxcredit.stats import oracle_gain_share  # noqa: PLC0415
+
+    pairs = [(label, oracle_of(label, learners)) for label in learners]
+    pairs = [(label, oracle) for label, oracle in pairs if oracle is not None]
+    if baseline not in learners or not pairs:
+        return []
+
+    def cell(row, col):
+        oracle = dict(pairs)[col]
+        share, low, high = oracle_gain_share(scores(row, col), scores(row, oracle),
+                                             scores(row, baseline))
+        return f"{share:.2f} [{low:.2f}, {high:.2f}]"
+
+    return [f"### Share of the oracle's gain over {baseline} recovered ({what})", "",
+            f"(fitted − {baseline}) / (oracle − {baseline}) of the means over seeds, "
+            "percentile-bootstrap 95% interval; NaN where the oracle does not beat "
+            f"{baseline}.", ""] + markdown_table(rows, [label for label, _ in pairs], cell) + [""]
+
+
 def line_style(label: str) -> str:
     """Dashed for the exact-model (``oracle``) ablation, dotted for ``1-step``, else solid."""
     return "--" if "oracle" in label else (":" if "1-step" in label else "-")

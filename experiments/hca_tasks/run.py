@@ -38,7 +38,8 @@ from jaxcredit.presets import learner_fields
 
 HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/p_optimal_first_action"
-ALL_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return oracle", "hca_return 1-step",
+ALL_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return grid", "hca_return oracle",
+                "hca_return 1-step",
                 "hca_state", "hca_state oracle", "hca_state 1-step", "c2a2c", "c2a2c oracle",
                 "c2a2c 1-step")
 
@@ -109,10 +110,7 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         entry = {"env_steps": steps.tolist(), "curve": curve.tolist(),
                  "final": X.final(run_dir, METRIC, last=2).tolist(),
                  "area": X.area(run_dir, METRIC).tolist()}
-        try:
-            entry["kl"] = X.final(run_dir, "estimator/kl_to_exact", last=3).tolist()
-        except ValueError:
-            pass
+        entry.update(X.credit_error_entries(run_dir, last=3))
         results[f"{c.labels['task']}|{c.labels['learner']}"] = entry
 
     def cell(key, digits=3):
@@ -129,10 +127,11 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                        ("final", "Final P(optimal first action) (mean of the last 2 "
                                  "evaluations)")):
         lines += [f"### {title}", ""] + X.markdown_table(tasks, learners, cell(key)) + [""]
-    fitted = [label for label in learners
-              if "oracle" not in label and ("hca" in label or "c2a2c" in label)]
-    lines += ["### KL(exact ‖ fitted hindsight model), last 3 evaluations", ""]
-    lines += X.markdown_table(tasks, fitted, cell("kl", 4)) + [""]
+    for key in ("area", "final"):
+        lines += X.gain_share_table(tasks, learners,
+                                    lambda t, label, key=key: results[f"{t}|{label}"][key], key)
+    lines += X.credit_error_tables(tasks, learners,
+                                   lambda t, label: results.get(f"{t}|{label}"), last=3)
     scores = {label: np.stack([results[f"{t}|{label}"]["area"] for t in tasks], axis=1)
               for label in learners}
     table, agg = X.aggregate_table(
