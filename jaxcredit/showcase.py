@@ -1,13 +1,15 @@
-"""``jaxcredit run``: credit assignment in under three minutes on a 2-core CPU.
+"""``jaxcredit run``: credit assignment in about three minutes on a 2-core CPU.
 
 On DelayedEffect (Harutyunyan et al. 2019: the first action decides a reward paid n steps later,
 with noise in between; ``jaxcredit.envs.hca_tasks``) the showcase
 
 1. measures the gradient each estimator gives at the uniform policy against the exact policy
    gradient (bias, variance and SNR in dB; ``jaxcredit.diagnostics``), and
-2. trains A2C+GAE and A2C with return-conditioned hindsight credit (``hca_return``, its model
-   fitted inside each update) over many seeds, each learner one compiled program, and compares
-   the exact probability of the decisive first action during training.
+2. trains REINFORCE, A2C+GAE and A2C with return-conditioned hindsight credit (``hca_return``,
+   its model fitted inside each update, and the same estimator with the exact model of the
+   current policy: the oracle ablation) over many seeds, each learner one compiled program, and
+   compares the exact probability of the decisive first action during training, with the share
+   of the oracle's gain over A2C+GAE that the fitted model recovers.
 
 Everything goes into one directory (default ``runs/showcase``; an existing one is moved aside,
 never deleted): ``gradients.md``, one run directory per learner (``jaxcredit plot`` reads them),
@@ -30,14 +32,16 @@ from jaxcredit.agents import TrainConfig
 from jaxcredit.presets import learner_fields
 
 METRIC = "eval/p_optimal_first_action"
-LEARNERS = ("A2C+GAE", "hca_return")
+LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return oracle")
+FITTED, BASELINES = "hca_return", ("REINFORCE", "A2C+GAE")
 
 
 @dataclasses.dataclass
 class Args:
     """The credit-assignment showcase on DelayedEffect: each estimator's gradient against the
-    exact one at the uniform policy, then A2C+GAE against A2C with fitted return hindsight over
-    many seeds, written to one directory (under three minutes on a 2-core CPU)."""
+    exact one at the uniform policy, then REINFORCE and A2C+GAE against A2C with fitted return
+    hindsight and with its exact model over many seeds, written to one directory (about three
+    minutes on a 2-core CPU)."""
 
     out: str = "runs/showcase"
     """output directory (an existing one is moved aside to <out>.old-<time>)"""
@@ -79,7 +83,8 @@ def gradients(args: Args, out: pathlib.Path) -> str:
 
 
 def learning(args: Args, out: pathlib.Path) -> str:
-    """A2C+GAE against fitted hindsight credit, ``args.seeds`` seeds each."""
+    """REINFORCE and A2C+GAE against fitted and exact hindsight credit, ``args.seeds`` seeds
+    each."""
     num_envs, num_steps = args.episodes_per_update, args.n + 1  # whole episodes per window
     cases = []
     for label in LEARNERS:
@@ -89,9 +94,10 @@ def learning(args: Args, out: pathlib.Path) -> str:
                              total_timesteps=num_envs * num_steps * args.updates,
                              anneal_lr=False, eval_every=max(1, args.updates // 15),
                              eval_episodes=16)
-        cases.append(X.Case(name=label.replace("+", "_"), config=config, settings=(dict(
-            lr=3e-3, gamma=1.0, lambda_=0.95, ent_coef=0.003, max_grad_norm=1.0,
-            estimator_lr=3e-3),), labels={"learner": label}))
+        hparams = dict(lr=3e-3, gamma=1.0, lambda_=0.95, ent_coef=0.003, max_grad_norm=1.0,
+                       estimator_lr=3e-3)
+        cases.append(X.Case(name=label.replace("+", "_").replace(" ", "_"), config=config,
+                            settings=(hparams,), labels={"learner": label}))
     X.run_cases(cases, out, num_seeds=args.seeds, seed=0, num_chunks=1)
     rows = {c.labels["learner"]: (X.area(out / c.name, METRIC), X.final(out / c.name, METRIC))
             for c in cases}
@@ -101,9 +107,15 @@ def learning(args: Args, out: pathlib.Path) -> str:
              "| learner | area under the curve | final |", "|---|---|---|"]
     for label, (area, final) in rows.items():
         lines.append(f"| {label} | {X.mean_ci_cell(area)} | {X.mean_ci_cell(final)} |")
-    p, low, high = stats.probability_of_improvement(rows[LEARNERS[1]][0], rows[LEARNERS[0]][0])
-    lines += ["", f"P({LEARNERS[1]} learns faster than {LEARNERS[0]}) = {p:.2f} "
-                  f"[{low:.2f}, {high:.2f}] (area under the curve; rliable, 95% CI)."]
+    lines.append("")
+    for baseline in BASELINES:
+        p, low, high = stats.probability_of_improvement(rows[FITTED][0], rows[baseline][0])
+        lines.append(f"P({FITTED} learns faster than {baseline}) = {p:.2f} "
+                     f"[{low:.2f}, {high:.2f}] (area under the curve; rliable, 95% CI).")
+    share, low, high = stats.oracle_gain_share(rows[FITTED][0], rows[f"{FITTED} oracle"][0],
+                                               rows["A2C+GAE"][0])
+    lines.append(f"Share of the exact model's gain over A2C+GAE that the fitted model recovers "
+                 f"(area): {share:.2f} [{low:.2f}, {high:.2f}] (bootstrap 95% CI).")
     plot(out, cases)
     text = "\n".join(lines) + "\n"
     (out / "learning.md").write_text(text)
