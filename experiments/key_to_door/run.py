@@ -242,14 +242,17 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         scores, baseline="A2C+GAE" if "A2C+GAE" in learners else None)
     lines += ["### Across lengths: the final rate's IQM and mean (rliable, stratified bootstrap "
               "95% CI), and the probability that a run beats A2C+GAE at the same L", ""] + table
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results,
+    # COCOA's regime publishes beside the jaxcredit regime's results, not over them.
+    prefix = "cocoa_" if meta.get("regime") == "cocoa" else ""
+    (out / f"{prefix}table.md").write_text("\n".join(lines) + "\n")
+    (out / f"{prefix}results.json").write_text(json.dumps({"meta": meta, "results": results,
                                                   "aggregate": agg}, indent=1))
-    plot(out, results, lengths, learners)
-    return ["table.md", "results.json", "treasure_rate.png"]
+    plot(out, results, lengths, learners, f"{prefix}treasure_rate.png")
+    return [f"{prefix}table.md", f"{prefix}results.json", f"{prefix}treasure_rate.png"]
 
 
-def plot(out: pathlib.Path, results: dict, lengths, learners) -> None:
+def plot(out: pathlib.Path, results: dict, lengths, learners,
+         name: str = "treasure_rate.png") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -284,7 +287,7 @@ def plot(out: pathlib.Path, results: dict, lengths, learners) -> None:
     fig.suptitle("KeyToDoor: exact treasure rate, mean and 95% bootstrap CI over seeds",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "treasure_rate.png", dpi=110)
+    fig.savefig(out / name, dpi=110)
     plt.close(fig)
 
 

@@ -111,6 +111,8 @@ class TrainBench:
     """rollout length of the --estimators race"""
     estimator_updates: int = 50
     """updates per call in the --estimators race"""
+    estimator_seeds: int = 1
+    """seeds vmapped in one program in the --estimators race"""
     redistributors: tuple[str, ...] = ()
     """race PPO with each redistributor spec NAME[:KEY=VALUE...] (comma-separated) against
     PPO+GAE"""
@@ -313,7 +315,7 @@ def dqn_races(args: TrainBench, rivals: Rivals, repeats: int) -> list[dict]:
 
 def stage_races(title: str, base: dict, stage: str, specs: tuple[EstimatorSpec, ...],
                 learned: dict[str, bool], fit_steps: list[int], hparams: dict, repeats: int,
-                seed: int, reference: Optional[str] = None) -> list[dict]:
+                seed: int, reference: Optional[str] = None, seeds: int = 1) -> list[dict]:
     """``base`` (first row, "gae") against ``base`` with each spec as its pipeline ``stage``
     (``"estimator"`` or ``"redistribute"``), once per ``{stage}_fit_steps`` value.
 
@@ -323,13 +325,13 @@ def stage_races(title: str, base: dict, stage: str, specs: tuple[EstimatorSpec, 
     fit_field = f"{stage}_fit_steps"
     results = []
     for i, k in enumerate(fit_steps):
-        cases = [engine_case("gae", current, base, hparams, **{stage: reference})]
+        cases = [engine_case("gae", current, base, hparams, seeds, **{stage: reference})]
         for spec in specs:
             if spec.name == reference and not spec.options or not (learned[spec.label] or i == 0):
                 continue
             fields = dict(base, **{stage: spec.name, f"{stage}_options": spec.options,
                                    fit_field: k})
-            cases.append(engine_case(spec.label, current, fields, hparams,
+            cases.append(engine_case(spec.label, current, fields, hparams, seeds,
                                      **{stage: spec.label,
                                         fit_field: k if learned[spec.label] else None}))
         results.append(race_result(f"{title}, {fit_field}={k}", race(cases, repeats, seed)))
@@ -349,9 +351,10 @@ def estimator_races(args: TrainBench, specs: tuple[EstimatorSpec, ...], fit_step
     learned = {s.label: make_estimator(s.name, env=env, env_params=env_params,
                                        **dict(s.options)).learned for s in specs}
     title = (f"A2C {args.env}, {num_envs} envs x {num_steps} steps, "
-             f"{args.estimator_updates} updates")
+             f"{args.estimator_updates} updates"
+             + (f", {args.estimator_seeds} seeds vmapped" if args.estimator_seeds > 1 else ""))
     return stage_races(title, base, "estimator", specs, learned, fit_steps, hparams, repeats,
-                       args.seed, reference="gae")
+                       args.seed, reference="gae", seeds=args.estimator_seeds)
 
 
 def redistributor_fields(args: TrainBench) -> dict:
@@ -423,7 +426,7 @@ def check(args: TrainBench) -> Checked:
     hparams = {"gamma": args.gamma, "lambda_": args.lambda_}
     current.Hparams.create(**hparams)  # one-line ValueError out of range
     for name in ("repeats", "total_timesteps", "big_updates", "seeds_timesteps",
-                 "estimator_envs", "estimator_steps", "estimator_updates",
+                 "estimator_envs", "estimator_steps", "estimator_updates", "estimator_seeds",
                  "redistributor_envs", "redistributor_steps", "redistributor_updates"):
         _positive(name, getattr(args, name))
     for name in ("big_envs", "seeds"):
