@@ -80,6 +80,8 @@ class FitState:
       filled: int32, how many buffer windows hold data yet.
       memory: what the stage itself keeps between updates (a redistributor's episode memory,
         ``jaxcredit.redistribute``), or None.
+      pretrain_buffer: the burn-in windows ``[B, T, N, ...]`` a pretraining loss is fitted on,
+        or None.
     """
 
     params: Any
@@ -87,6 +89,7 @@ class FitState:
     buffer: Optional[Trajectory] = None
     filled: Any = None
     memory: Any = None
+    pretrain_buffer: Optional[Trajectory] = None
 
 
 def init_fit_state(params: Any, example: Trajectory, schedule: FitSchedule) -> FitState:
@@ -135,12 +138,36 @@ def _data(fit: FitState, fresh: Trajectory) -> tuple[Trajectory, Array]:
     return data, valid
 
 
+def pretrain(loss_fn: LossFn, fit_state: FitState, hparams: Any, lr: Array,
+             max_grad_norm: Array, key: Array, steps: int, trainable: Any) -> FitState:
+    """``steps`` full-batch Adam steps of ``loss_fn`` on the burn-in windows
+    (``fit_state.pretrain_buffer``, all of them side by side), moving only the ``trainable``
+    leaves; the optimiser state then starts afresh for the fits that follow (Adam's moments and
+    step count of the pretraining are not the model's)."""
+    data = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1).reshape(
+        (x.shape[1], x.shape[0] * x.shape[2]) + x.shape[3:]), fit_state.pretrain_buffer)
+    adam = optax.scale_by_adam(eps=MODEL_ADAM_EPS)
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        grads = jax.grad(lambda p: loss_fn(p, data, hparams, step_key)[0])(params)
+        new, opt_state, _ = adam_step(params, opt_state, grads, lr, max_grad_norm,
+                                      MODEL_ADAM_EPS)
+        new = jax.tree.map(lambda n, o, t: jnp.where(t, n, o), new, params, trainable)
+        return (new, opt_state), None
+
+    (params, _), _ = jax.lax.scan(step, (fit_state.params, adam.init(fit_state.params)),
+                                  jax.random.split(key, steps))
+    return fit_state.replace(params=params, opt_state=adam.init(params))
+
+
 def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, lr: Array,
         max_grad_norm: Array, key: Array, schedule: FitSchedule,
         sample: Optional[Callable[[Array], Any]] = None,
-        weight_decay: Any = 0.0) -> tuple[FitState, dict]:
+        weight_decay: Any = 0.0, frozen: Any = None) -> tuple[FitState, dict]:
     """``schedule.steps`` Adam steps of ``loss_fn`` on minibatches of whole windows (AdamW with
-    ``weight_decay > 0``; no clipping with ``max_grad_norm = inf``).
+    ``weight_decay > 0``; no clipping with ``max_grad_norm = inf``). ``frozen``: a pytree of
+    bools, True for leaves that keep their values (a pretrained part).
 
     With ``sample`` (``key -> batch``, a stage with a memory of its own, such as a buffer of
     whole episodes), every step fits the batch ``sample`` draws instead; ``minibatches`` and
@@ -168,9 +195,11 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
         batch = draw(pick_key)
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, batch, hparams, loss_key)
-        params, opt_state, grad_norm = adam_step(params, opt_state, grads, lr, max_grad_norm,
-                                                 MODEL_ADAM_EPS, weight_decay)
-        return (params, opt_state), (loss, grad_norm, metrics)
+        new, opt_state, grad_norm = adam_step(params, opt_state, grads, lr, max_grad_norm,
+                                              MODEL_ADAM_EPS, weight_decay)
+        if frozen is not None:
+            new = jax.tree.map(lambda n, o, f: jnp.where(f, o, n), new, params, frozen)
+        return (new, opt_state), (loss, grad_norm, metrics)
 
     params, opt_state = fit_state.params, fit_state.opt_state
     if schedule.steps > 0:

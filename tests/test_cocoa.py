@@ -33,6 +33,10 @@ from jaxcredit.types import Trajectory
 
 HP = Hparams.create(gamma=1.0, lambda_=0.9)
 KEY = jax.random.key(0)
+# Evaluation-point metrics of a fitted model against its exact twin (agents.credit_error).
+CREDIT_ERROR_NAMES = ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
+                      "decisive_steps", "grad_cos_fitted", "grad_cos_oracle",
+                      "grad_cos_to_oracle", "ratio_rmse_to_exact")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,8 +353,10 @@ def test_cocoa_reward_trains_in_the_engine_with_the_kl_metric():
         names = set(metrics)
         for name, values in metrics.items():
             values = np.asarray(values)
-            # Evaluation metrics (and the KL) sit at evaluation points, NaN elsewhere.
-            sparse = name.startswith("eval/") or name.endswith("kl_to_exact")
+            # Evaluation metrics (the KL and the credit error too) sit at evaluation points,
+            # NaN elsewhere.
+            sparse = (name.startswith("eval/") or name.endswith("kl_to_exact")
+                      or name.split("/")[-1] in CREDIT_ERROR_NAMES)
             assert np.all(np.isfinite(values)) or (sparse and np.any(np.isfinite(values))), (
                 estimator, name)
         if estimator == "cocoa_reward" and not options:

@@ -171,3 +171,71 @@ def test_cocoa_hypernet_serves_every_contribution_estimator(name):
     immediate = (jax.nn.one_hot(traj.action, 4) / jnp.take_along_axis(
         pi, traj.action[..., None], -1) - 1) * traj.reward[..., None]
     np.testing.assert_allclose(jnp.sum(pi * (credit - immediate), -1), 0.0, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Burn-in updates and a pretrained, then frozen, part of a credit model
+# ---------------------------------------------------------------------------------------------
+
+
+def _same(a, b) -> bool:
+    return all(bool(jnp.array_equal(x, y)) for x, y in zip(jax.tree.leaves(a),
+                                                            jax.tree.leaves(b)))
+
+
+def test_burn_in_updates_only_act():
+    engine = _key_to_door_engine(estimator="cocoa_reward", burn_in_updates=2, eval_every=0,
+                                 total_timesteps=4 * 6 * 3)
+    hp = Hparams.create(gamma=1.0, lr=1e-2, estimator_lr=1e-2)
+    start = engine.init(jax.random.key(0))
+    step = jax.jit(engine.update_step)
+    s1, m1 = step(start, hp)
+    s2, _ = step(s1, hp)
+    s3, m3 = step(s2, hp)
+    assert _same(s2.agent.params, start.agent.params)
+    assert _same(s2.estimator, start.estimator)
+    assert not _same(s3.agent.params, s2.agent.params)
+    # The model takes its steps from update 2 on (Adam's state moves even where a sparse
+    # reward leaves the pair loss without gradient).
+    assert not _same(s3.estimator.opt_state, s2.estimator.opt_state)
+    assert np.isnan(m1["estimator/loss"]) and np.isfinite(m3["estimator/loss"])
+    # The burn-in acts: its windows are whole episodes of the environment.
+    assert float(m1["episodes"]) == 4 and np.isfinite(m1["episode_return"])
+
+
+def test_pretrained_features_are_fitted_once_after_burn_in_then_frozen():
+    engine = _key_to_door_engine(
+        estimator="cocoa_feature", estimator_options=(("features", "pretrain"),),
+        burn_in_updates=2, estimator_pretrain_steps=60, eval_every=0,
+        total_timesteps=4 * 6 * 4)
+    hp = Hparams.create(gamma=1.0, estimator_lr=1e-2)
+    est = engine.estimator
+    step = jax.jit(engine.update_step)
+    states = [engine.init(jax.random.key(1))]
+    for _ in range(4):
+        states.append(step(states[-1], hp)[0])
+    obj = [s.estimator.params["object"] for s in states]
+    hind = [s.estimator.params["hindsight"] for s in states]
+    # Updates 0, 1: burn-in (nothing fitted); update 2 pretrains the features once; 3: frozen.
+    assert _same(obj[2], obj[0]) and _same(hind[2], hind[0])
+    assert not _same(obj[3], obj[2])
+    assert _same(obj[4], obj[3])
+    assert not _same(hind[4], hind[3])
+    # The pretraining lowered the feature loss on the burn-in windows.
+    window = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1).reshape(
+        (x.shape[1], -1) + x.shape[3:]), states[3].estimator.pretrain_buffer)
+    before = est.pretrain_loss(states[0].estimator.params, window, hp, None)[0]
+    after = est.pretrain_loss(states[3].estimator.params, window, hp, None)[0]
+    assert float(after) < float(before)
+
+
+def test_burn_in_and_pretraining_bad_settings_are_one_line_errors():
+    with pytest.raises(ValueError, match="needs burn_in_updates"):
+        TrainConfig(estimator_pretrain_steps=10).resolved()
+    with pytest.raises(ValueError, match="burn_in_updates must be"):
+        TrainConfig(burn_in_updates=-1).resolved()
+    with pytest.raises(ValueError, match="no part to pretrain"):
+        _key_to_door_engine(estimator="cocoa_reward", burn_in_updates=1,
+                            estimator_pretrain_steps=5)
+    with pytest.raises(ValueError, match="learning_starts"):
+        TrainConfig(algo="dqn", burn_in_updates=3).resolved()

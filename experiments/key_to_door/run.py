@@ -99,10 +99,13 @@ COCOA_LEARNER_SETTINGS = {
     # Return HCA is not in COCOA's code: the same agent and model optimisers as HCA+.
     "hca_return": (dict(critic=False, **COCOA_MODEL_CONFIG), {},
                    dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
-    # causal_reward_feature: as causal_reward (features fitted jointly here, not pretrained
-    # and frozen: README).
-    "cocoa_feature": (dict(critic=False, **COCOA_MODEL_CONFIG),
-                      dict(model="hypernet", hidden=256), dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # causal_reward_feature: as causal_reward, after 30 burn-in updates (experiment.py
+    # 179-180) the features pretrained once for 20 000 steps at 3e-3 without weight decay
+    # (config 139-163, run.py 138-140) on the burn-in episodes, then frozen.
+    "cocoa_feature": (dict(critic=False, burn_in_updates=30, estimator_pretrain_steps=20_000,
+                           **COCOA_MODEL_CONFIG),
+                      dict(model="hypernet", hidden=256, features="pretrain"),
+                      dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
 }
 COCOA_EVAL_EVERY = 100
 METRICS = ("eval/treasure_rate", "eval/key_rate", "eval/exact_return")

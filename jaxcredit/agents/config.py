@@ -129,6 +129,12 @@ class TrainConfig:
     """fit on the fresh window plus this many − 1 earlier ones"""
     estimator_anneal_lr: bool = False
     """decay the estimator's learning rate linearly to 0 over the run"""
+    burn_in_updates: int = 0
+    """updates at the start that only act: no agent step and no model fit (COCOA-feature: 30);
+    their windows are the pretraining data"""
+    estimator_pretrain_steps: int = 0
+    """Adam steps of the estimator's pretraining loss on the burn-in windows, taken once after
+    burn-in; the pretrained part is then frozen (COCOA-feature's features: 20 000)"""
     redistribute_fit_steps: int = 4
     """optimiser steps that fit a learned redistributor per update"""
     redistribute_fit_minibatches: int = 1
@@ -189,6 +195,13 @@ class TrainConfig:
         if self.eval_every is not None and (not isinstance(self.eval_every, int)
                                             or self.eval_every < 0):
             raise ValueError(f"eval_every must be a non-negative integer, got {self.eval_every!r}")
+        for name in ("burn_in_updates", "estimator_pretrain_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.estimator_pretrain_steps and not self.burn_in_updates:
+            raise ValueError("estimator_pretrain_steps needs burn_in_updates >= 1: the burn-in "
+                             "windows are the pretraining data")
         if self.eval_max_steps is not None and self.eval_max_steps <= 0:
             raise ValueError(f"eval_max_steps must be positive, got {self.eval_max_steps!r}")
         if not 0.0 <= self.policy_epsilon < 1.0:
@@ -214,6 +227,9 @@ class TrainConfig:
             if self.redistribute:
                 raise ValueError(f"--algo {self.algo} has no redistribute stage yet (rewards are "
                                  "relabelled at sample time only)")
+            if self.burn_in_updates:
+                raise ValueError(f"--algo {self.algo} waits with learning_starts; "
+                                 "burn_in_updates is for the on-policy learners")
             if self.buffer_size < self.batch_size:
                 raise ValueError(f"buffer_size={self.buffer_size} is smaller than one batch "
                                  f"(batch_size={self.batch_size})")

@@ -53,7 +53,7 @@ from jaxcredit.envs import tabular
 from jaxcredit.envs.goals import success_fn
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
-from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state
+from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state, pretrain
 from jaxcredit.networks import ActorCritic
 from jaxcredit.objectives import Objective, PolicyOutputs, losses, make_objective
 from jaxcredit.redistribute import Redistributor
@@ -224,6 +224,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         reference = gt_lib.make_ground_truth(env.undelayed, env_params, False)
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     exact_twin = _exact_twin(estimator, ground_truth, config)
+    burn_in, pretrain_steps = config.burn_in_updates, config.estimator_pretrain_steps
+    if pretrain_steps and (not estimator.learned or estimator.pretrain_loss is None):
+        raise ValueError(f"estimator {config.estimator!r} has no part to pretrain "
+                         f"(estimator_pretrain_steps={pretrain_steps}); cocoa_feature with "
+                         f"features=pretrain has")
     if redistributor is not None and redistributor.exact_model and reference is None:
         raise ValueError(f"redistribute stage {config.redistribute!r} with model=oracle needs an "
                          f"environment with exact ground truth; {config.env!r} has none")
@@ -264,11 +269,15 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         rd_params = redistributor.init(rd_key, example) if redistributor else {}
         rd_memory = (redistributor.init_memory(example)
                      if redistributor is not None and redistributor.init_memory else None)
+        est_state = (init_fit_state(est_params, example, config.estimator_fit)
+                     if estimator.learned else FitState(est_params, {}))
+        if pretrain_steps:
+            est_state = est_state.replace(pretrain_buffer=jax.tree.map(
+                lambda x: jnp.zeros((burn_in,) + x.shape, x.dtype), example))
         state = TrainState(
             agent=AgentState(agent_params,
                              optax.scale_by_adam(eps=config.adam_eps).init(agent_params)),
-            estimator=init_fit_state(est_params, example, config.estimator_fit)
-            if estimator.learned else FitState(est_params, {}),
+            estimator=est_state,
             redistributor=(init_fit_state(rd_params, example, config.redistribute_fit)
                            if redistributor is not None and redistributor.learned
                            else FitState(rd_params, {})).replace(memory=rd_memory),
@@ -323,6 +332,36 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return gt_lib.redistribution_quality(mdp, pi, hparams.gamma, original.state,
                                              original.action, traj.reward)
 
+    def fit_estimator(state: TrainState, est_state: FitState, traj: Trajectory,
+                      hparams: Hparams, key: Array) -> tuple[FitState, Metrics]:
+        """The estimator's fit of this update; with a burn-in, none before it ends, and with
+        pretraining, the burn-in windows kept and the pretrained part fitted once when it
+        ends, then frozen."""
+        pretrain_key, fit_key = jax.random.split(key)
+        frozen = None
+        if pretrain_steps:
+            index = jnp.minimum(state.update, burn_in - 1)
+            kept = jax.tree.map(
+                lambda b, x: jnp.where(state.update < burn_in, b.at[index].set(x), b),
+                est_state.pretrain_buffer, traj)
+            est_state = jax.lax.cond(
+                state.update == burn_in,
+                lambda s: pretrain(estimator.pretrain_loss, s, hparams, hparams.estimator_lr,
+                                   hparams.estimator_max_grad_norm, pretrain_key,
+                                   pretrain_steps, estimator.pretrained(s.params)),
+                lambda s: s, est_state.replace(pretrain_buffer=kept))
+            frozen = estimator.pretrained(est_state.params)
+        fitted, fit_metrics = fit(
+            estimator.loss, est_state, traj, hparams,
+            hparams.estimator_lr * lr_scale(state, config.estimator_anneal_lr),
+            hparams.estimator_max_grad_norm, fit_key, config.estimator_fit,
+            weight_decay=hparams.estimator_weight_decay, frozen=frozen)
+        if not burn_in:
+            return fitted, fit_metrics
+        active = state.update >= burn_in
+        fitted = jax.tree.map(lambda new, old: jnp.where(active, new, old), fitted, est_state)
+        return fitted, {k: jnp.where(active, v, jnp.nan) for k, v in fit_metrics.items()}
+
     def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
         rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
         metrics = {}
@@ -331,11 +370,14 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             if redistributor.learned:
                 sample = (None if redistributor.sample is None
                           else lambda k: redistributor.sample(rd_state.memory, k))
-                rd_state, fit_metrics = fit(
+                fitted, fit_metrics = fit(
                     redistributor.loss, rd_state, traj, hparams,
                     hparams.redistributor_lr * lr_scale(state, config.redistribute_anneal_lr),
                     hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute_fit,
                     sample, hparams.redistributor_weight_decay)
+                rd_state = fitted if not burn_in else jax.tree.map(
+                    lambda new, old: jnp.where(state.update >= burn_in, new, old), fitted,
+                    rd_state)
                 metrics.update({f"redistribute/{k}": v for k, v in fit_metrics.items()})
             original = traj
             rd_params = rd_state.params
@@ -360,11 +402,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             params = exact_params(state, hparams, estimator.exact_model)
         else:
             if estimator.learned:
-                est_state, fit_metrics = fit(
-                    estimator.loss, est_state, traj, hparams,
-                    hparams.estimator_lr * lr_scale(state, config.estimator_anneal_lr),
-                    hparams.estimator_max_grad_norm, est_fit_key, config.estimator_fit,
-                    weight_decay=hparams.estimator_weight_decay)
+                est_state, fit_metrics = fit_estimator(state, est_state, traj, hparams,
+                                                       est_fit_key)
                 metrics.update({f"estimator/{k}": v for k, v in fit_metrics.items()})
             params = est_state.params
         credit = jax.lax.stop_gradient(estimator.assign(params, traj, hparams, est_key))
@@ -414,6 +453,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         traj, credit, state, credit_metrics = assign_credit(state, window.trajectory, hparams,
                                                             credit_key)
         agent, metrics = optimise(state, traj, credit, opt_key, hparams)
+        if burn_in:  # the burn-in updates only act
+            agent = jax.tree.map(lambda new, old: jnp.where(state.update >= burn_in, new, old),
+                                 agent, state.agent)
         count = window.episodes.count
         metrics.update({
             "episode_return": jnp.where(count > 0, window.episodes.return_sum / count, jnp.nan),

@@ -81,6 +81,11 @@ class Estimator:
       is_oracle: True for a twin built by ``oracle()``: the engine supplies its params.
       update: the rule that revises a non-gradient model after ``assign`` (or None).
       episode_windows: True if ``assign`` reads each window column as one whole episode.
+      pretrain_loss: the loss of a part fitted once, before the model is used, then frozen
+        (COCOA-feature's reward features): the engine takes ``estimator_pretrain_steps`` steps
+        of it on the windows of the burn-in updates.
+      pretrained: ``params -> pytree of bool``, the leaves that ``pretrain_loss`` fits (frozen
+        afterwards; ``loss`` does not move them).
       credit_ratio: ``(params, trajectory, hparams) -> [T, *batch]`` the credit ratio
         ρ = π(a_t|s_t) / h(a_t|s_t, ·) at the actions taken, for estimators built on one
         (return hindsight): the engine reports its error against the exact model's.
@@ -99,6 +104,8 @@ class Estimator:
     update: Optional[UpdateFn] = None
     episode_windows: bool = False
     credit_ratio: Optional[RatioFn] = None
+    pretrain_loss: Optional[LossFn] = None
+    pretrained: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self):
         if self.exact_model is not None and self.exact_model not in EXACT_MODELS:

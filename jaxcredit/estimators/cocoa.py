@@ -253,6 +253,7 @@ def cocoa_feature(
     hidden: int = 128,
     policy_modulated: bool = True,
     model: str = "mlp",
+    features: str = "joint",
 ) -> Estimator:
     """COCOA-feature (Meulemans et al. 2023) — all-action; u_k = g(s_k, a_k), binary features
     learned to predict r_k (module doc).
@@ -272,6 +273,9 @@ def cocoa_feature(
       pairs, num_pairs, chunk, bootstrap, mask_zero_reward_loss, hidden, policy_modulated:
         as ``cocoa_reward``.
       model: the hindsight model on [s_t, g_k]: "mlp" or "hypernet" (COCOA's).
+      features: "joint" (fitted with the hindsight model at every update) or "pretrain"
+        (COCOA's schedule: fitted once on the burn-in windows, ``estimator_pretrain_steps``
+        steps after ``burn_in_updates``, then frozen).
     """
     check_pair_options(pairs, num_pairs, chunk)
     check_choice("model", model, ("mlp", "hypernet"))
@@ -291,4 +295,4 @@ def cocoa_feature(
         feature_object(num_features, float(threshold), float(feature_l1), float(readout_l2)),
         pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
         mask_zero_reward_loss=mask_zero_reward_loss, oracle=False, exact_model=None,
-        make_oracle=None)
+        make_oracle=None, object_schedule=features)

@@ -127,6 +127,7 @@ def pairwise_estimator(
     oracle: bool,
     exact_model: Optional[str],
     make_oracle: Optional[Callable[[], Estimator]],
+    object_schedule: str = "joint",
 ) -> Estimator:
     """The :class:`Estimator` of the module formula for one hindsight object and model.
 
@@ -152,9 +153,14 @@ def pairwise_estimator(
       oracle: the model is exact: the engine supplies its parameters every update.
       exact_model: the exact model this one approximates (``Estimator.exact_model``).
       make_oracle: builds the oracle twin (None for an oracle or where none exists).
+      object_schedule: for a learned object, "joint" (its loss added to the hindsight model's
+        at every fit) or "pretrain" (its loss is the estimator's ``pretrain_loss``, fitted once
+        on the burn-in windows, and the object is frozen afterwards: COCOA-feature's schedule).
     """
     learned_object = hindsight_object.init is not None
     grouped = pairs == "grouped"
+    check_choice("object_schedule", object_schedule, ("joint", "pretrain"))
+    pretrained_object = learned_object and object_schedule == "pretrain"
     if grouped and hindsight_object.groups is None:
         raise ValueError(f"{name}: pairs='grouped' needs a hindsight object with a finite set "
                          f"of values (cocoa_reward's reward value); use all, sampled or rewarded")
@@ -275,7 +281,7 @@ def pairwise_estimator(
             )(src, tgt, tr.logits, tr.action, r, episode_index(tr.done), offsets, scale)
         value = ce.sum() / jnp.maximum(w.sum(), 1e-8)
         metrics = {"hindsight_loss": value, "hindsight_pairs": w.sum()}
-        if learned_object and hindsight_object.loss is not None:
+        if learned_object and hindsight_object.loss is not None and not pretrained_object:
             object_loss, object_metrics = hindsight_object.loss(split(params)[1], tr)
             metrics.update(object_metrics)
             value = value + object_loss
@@ -298,7 +304,17 @@ def pairwise_estimator(
             weight = weight * (jax.vmap(lambda rr, kk: rr[kk], in_axes=(1, 0))(tr.reward, k) != 0)
         return log_h, weight
 
+    def pretrain_loss(params, trajectory: Trajectory, hparams, key):
+        del hparams, key
+        return hindsight_object.loss(split(params)[1], flat(trajectory))
+
+    def pretrained(params):
+        return {"hindsight": jax.tree.map(lambda _: False, params["hindsight"]),
+                "object": jax.tree.map(lambda _: True, params["object"])}
+
     return Estimator(name=name, init=init, assign=assign, loss=loss, all_action=True,
                      learned=not oracle, exact_model=exact_model, is_oracle=oracle,
                      oracle=None if oracle else make_oracle,
-                     hindsight=hindsight if exact_model is not None else None)
+                     hindsight=hindsight if exact_model is not None else None,
+                     pretrain_loss=pretrain_loss if pretrained_object else None,
+                     pretrained=pretrained if pretrained_object else None)

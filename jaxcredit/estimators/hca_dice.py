@@ -38,8 +38,8 @@ import jax.numpy as jnp
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.estimators.hca_return import (
-    MODEL_INPUTS, RETURN_KINDS, behaviour_policy, check_choice, conditioning_return,
-    hca_return, model_feature, obs_ndim, resolve_grid, value_target)
+    RETURN_KINDS, behaviour_policy, check_choice, conditioning_return, hca_return, input_grid,
+    model_feature, obs_ndim, value_target)
 from jaxcredit.types import Credit, Trajectory
 
 Array = jax.Array
@@ -82,14 +82,9 @@ def hca_dice(
       env, env_params: supplied by the engine (the return range of ``model_input="grid"``).
     """
     check_choice("return_kind", return_kind, RETURN_KINDS)
-    check_choice("model_input", model_input, MODEL_INPUTS)
     if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
         raise ValueError(f"clip must be a positive number or None, got {clip!r}")
-    grid = resolve_grid(z_grid, z_range, z_bins,
-                        *((env, env_params) if model_input == "grid" else ()))
-    if model_input == "grid" and grid is None:
-        raise ValueError("model_input='grid' needs z_grid, z_range, or an environment with a "
-                         "tabular MDP to read the return range from")
+    grid = input_grid(model_input, False, z_grid, z_range, z_bins, env, env_params)
     hidden = tuple(int(w) for w in hidden)
 
     def build(trajectory: Trajectory) -> hm.ReturnHindsightModel:

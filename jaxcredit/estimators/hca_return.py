@@ -261,16 +261,25 @@ def _check_model(model, num_states, z_grid, return_kind):
                          "the Monte-Carlo return")
 
 
-def _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
-           env_params, return_kind, mix, model_input) -> ReturnHindsight:
-    """Checks the model options and resolves the grid of returns (once, at build; the
-    environment is read only when the grid input or the tabular model needs it)."""
+def input_grid(model_input: str, needs_grid: bool, z_grid: Any, z_range: Any,
+               z_bins: Optional[int], env: Any, env_params: Any) -> Optional[tuple]:
+    """The run's grid of returns (:func:`resolve_grid`), reading the environment only where
+    the input (``model_input="grid"``) or the model (``needs_grid``) uses it; a one-line error
+    for the grid input without any grid."""
     check_choice("model_input", model_input, MODEL_INPUTS)
-    needs_grid = model_input == "grid" or model == "tabular"
+    needs_grid = needs_grid or model_input == "grid"
     grid = resolve_grid(z_grid, z_range, z_bins, *((env, env_params) if needs_grid else ()))
     if model_input == "grid" and grid is None:
         raise ValueError("model_input='grid' needs z_grid, z_range, or an environment with a "
                          "tabular MDP to read the return range from")
+    return grid
+
+
+def _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
+           env_params, return_kind, mix, model_input) -> ReturnHindsight:
+    """Checks the model options and resolves the grid of returns (once, at build; the
+    environment is read only when the grid input or the tabular model needs it)."""
+    grid = input_grid(model_input, model == "tabular", z_grid, z_range, z_bins, env, env_params)
     _check_model(model, num_states, grid, return_kind)
     return ReturnHindsight(model, tuple(hidden), policy_modulated, num_states, grid, return_kind,
                            mix, model_input)
