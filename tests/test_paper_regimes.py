@@ -208,7 +208,8 @@ def test_pretrained_features_are_fitted_once_after_burn_in_then_frozen():
         estimator="cocoa_feature", estimator_options=(("features", "pretrain"),),
         burn_in_updates=2, estimator_pretrain_steps=60, eval_every=0,
         total_timesteps=4 * 6 * 4)
-    hp = Hparams.create(gamma=1.0, estimator_lr=1e-2)
+    # Weight decay would shrink the features after pretraining if they were not frozen.
+    hp = Hparams.create(gamma=1.0, estimator_lr=1e-2, estimator_weight_decay=0.1)
     est = engine.estimator
     step = jax.jit(engine.update_step)
     states = [engine.init(jax.random.key(1))]

@@ -340,9 +340,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         pretrain_key, fit_key = jax.random.split(key)
         frozen = None
         if pretrain_steps:
+            # One window written per burn-in update (after it, the same window rewritten).
             index = jnp.minimum(state.update, burn_in - 1)
             kept = jax.tree.map(
-                lambda b, x: jnp.where(state.update < burn_in, b.at[index].set(x), b),
+                lambda b, x: b.at[index].set(jnp.where(state.update < burn_in, x, b[index])),
                 est_state.pretrain_buffer, traj)
             est_state = jax.lax.cond(
                 state.update == burn_in,
