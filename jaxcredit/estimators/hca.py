@@ -177,7 +177,7 @@ def rewarded_pair_offsets(key: Array, reward: Array, num_pairs: int) -> tuple[Ar
     return offsets, scale.astype(jnp.float32)
 
 
-def _chunked_rows(fn, num_rows: int, chunk: int, *row_args):
+def chunked_rows(fn, num_rows: int, chunk: int, *row_args):
     """Applies ``fn(rows, row_valid, *row_args[rows])`` chunk by chunk over rows (``lax.map``).
 
     Rows are padded to a multiple of ``chunk``; padded rows get ``row_valid = False``. Each chunk
@@ -241,7 +241,7 @@ def state_hca_future_credit(
         weight = valid * t_valid[:, None] * scl * gamma ** offs.astype(reward.dtype) * reward[k]
         return jnp.einsum("ck,cka->ca", weight, jnp.exp(log_h - log_pi) - 1.0)
 
-    return _chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
+    return chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
 
 
 def _pair_log_hindsight(model, params, src, tgt, policy_logits, episode, t, offs):
@@ -289,7 +289,7 @@ def state_hca_pair_loss(
             weight = weight * (reward[k] != 0)
         return (weight * ce).sum(-1), weight.sum(-1)
 
-    ce, w = _chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
+    ce, w = chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
     return ce.sum(), w.sum()
 
 
