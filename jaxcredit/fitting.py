@@ -76,8 +76,13 @@ class FitState:
     Attributes:
       params: the model's parameters.
       opt_state: its Adam state.
-      buffer: the ``windows − 1`` most recent earlier windows ``[W−1, T, N, ...]``, or None.
-      filled: int32, how many buffer windows hold data yet.
+      buffer: a ring of the ``windows`` most recent windows, environment-major ``[W·N, T, ...]``
+        (slot w is rows w·N .. w·N + N − 1, each one environment's whole window, so a draw
+        copies contiguous rows; slot order is not age order); ``fit`` writes the fresh window
+        into it before it draws. None with ``windows = 1``.
+      filled: int32, how many ring slots hold data yet (slots ``0 .. filled − 1``).
+      cursor: int32, the slot the next window overwrites (the oldest once the ring is full), or
+        None without a buffer.
       memory: what the stage itself keeps between updates (a redistributor's episode memory,
         ``jaxcredit.redistribute``), or None.
       pretrain_buffer: the burn-in windows ``[B, T, N, ...]`` a pretraining loss is fitted on,
@@ -90,16 +95,18 @@ class FitState:
     filled: Any = None
     memory: Any = None
     pretrain_buffer: Optional[Trajectory] = None
+    cursor: Any = None
 
 
 def init_fit_state(params: Any, example: Trajectory, schedule: FitSchedule) -> FitState:
     """The initial :class:`FitState` for ``params`` (an empty buffer shaped like ``example``)."""
     buffer = None
     if schedule.windows > 1:
-        buffer = jax.tree.map(
-            lambda x: jnp.zeros((schedule.windows - 1,) + x.shape, x.dtype), example)
+        buffer = jax.tree.map(lambda x: jnp.zeros(
+            (schedule.windows * x.shape[1], x.shape[0]) + x.shape[2:], x.dtype), example)
     return FitState(params=params, opt_state=optax.scale_by_adam(eps=MODEL_ADAM_EPS).init(params),
-                     buffer=buffer, filled=jnp.zeros((), jnp.int32))
+                     buffer=buffer, filled=jnp.zeros((), jnp.int32),
+                     cursor=None if buffer is None else jnp.zeros((), jnp.int32))
 
 
 def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float, weight_decay=0.0):
@@ -120,22 +127,34 @@ def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float, weight_de
     return params, opt_state, grad_norm
 
 
-def _data(fit: FitState, fresh: Trajectory) -> tuple[Trajectory, Array]:
-    """Fresh and buffered windows side by side on the environment axis: ``([T, W·N], valid)``."""
+def _push(fit: FitState, fresh: Trajectory) -> FitState:
+    """The fresh window written over the ring's oldest slot, in place (no shift, no copy)."""
     num_envs = fresh.action.shape[1]
+    slots = fit.buffer.action.shape[0] // num_envs
+    buffer = jax.tree.map(
+        lambda ring, new: jax.lax.dynamic_update_slice_in_dim(
+            ring, jnp.moveaxis(new, 1, 0), fit.cursor * num_envs, axis=0), fit.buffer, fresh)
+    return fit.replace(buffer=buffer, filled=jnp.minimum(fit.filled + 1, slots),
+                       cursor=(fit.cursor + 1) % slots)
+
+
+def _draw_columns(fit: FitState, fresh: Trajectory, size: int, key: Array) -> Trajectory:
+    """``size`` whole windows' columns ``[T, size, ...]`` drawn uniformly without replacement
+    (Gumbel top-k) from the fresh window, or with a ring (which holds the fresh window already,
+    :func:`_push`) from its filled slots. Only the drawn rows are gathered."""
     if fit.buffer is None:
-        return fresh, jnp.ones((num_envs,), bool)
-    windows = fit.buffer.action.shape[0]
-
-    def side_by_side(new, old):
-        old = jnp.moveaxis(old, 0, 1)  # [T, W−1, N, ...]
-        old = old.reshape((old.shape[0], windows * num_envs) + old.shape[3:])
-        return jnp.concatenate([new, old], axis=1)
-
-    data = jax.tree.map(side_by_side, fresh, fit.buffer)
-    valid = jnp.concatenate([jnp.ones((num_envs,), bool),
-                             jnp.repeat(jnp.arange(windows) < fit.filled, num_envs)])
-    return data, valid
+        num_columns = fresh.action.shape[1]
+        valid = jnp.ones((num_columns,), bool)
+    else:
+        num_envs = fresh.action.shape[1]
+        slots = fit.buffer.action.shape[0] // num_envs
+        valid = jnp.repeat(jnp.arange(slots) < fit.filled, num_envs)
+    scores = jax.random.gumbel(key, valid.shape) + jnp.where(valid, 0.0, -jnp.inf)
+    columns = jax.lax.top_k(scores, size)[1]
+    if fit.buffer is None:
+        return jax.tree.map(lambda x: jnp.take(x, columns, axis=1), fresh)
+    return jax.tree.map(lambda ring: jnp.moveaxis(jnp.take(ring, columns, axis=0), 0, 1),
+                        fit.buffer)
 
 
 def pretrain(loss_fn: LossFn, fit_state: FitState, hparams: Any, lr: Array,
@@ -177,17 +196,12 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
     over the steps), ``loss_first`` and ``loss_last`` (the first and last step's minibatch loss,
     before their update), ``grad_norm`` and the loss's own metrics (means over the steps).
     """
-    data, valid = _data(fit_state, fresh)
     size = fresh.action.shape[1] // schedule.minibatches
-    log_valid = jnp.where(valid, 0.0, -jnp.inf)
 
     def draw(pick_key):
         if sample is not None:
             return sample(pick_key)
-        # A uniform draw of `size` valid columns without replacement (Gumbel top-k).
-        scores = jax.random.gumbel(pick_key, valid.shape) + log_valid
-        columns = jax.lax.top_k(scores, size)[1]
-        return jax.tree.map(lambda x: jnp.take(x, columns, axis=1), data)
+        return _draw_columns(fit_state, fresh, size, pick_key)
 
     def step(carry, step_key):
         params, opt_state = carry
@@ -201,6 +215,10 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
             new = jax.tree.map(lambda n, o, f: jnp.where(f, o, n), new, params, frozen)
         return (new, opt_state), (loss, grad_norm, metrics)
 
+    if fit_state.buffer is not None:
+        # Written before the draws: a loop that read the ring and an in-place write after it
+        # would make XLA copy the whole ring every update.
+        fit_state = _push(fit_state, fresh)
     params, opt_state = fit_state.params, fit_state.opt_state
     if schedule.steps > 0:
         (params, opt_state), (losses, norms, model_metrics) = jax.lax.scan(
@@ -210,10 +228,4 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
                    **{k: v.mean() for k, v in model_metrics.items()}}
     else:
         metrics = {}
-    buffer, filled = fit_state.buffer, fit_state.filled
-    if buffer is not None:
-        buffer = jax.tree.map(lambda old, new: jnp.concatenate([new[None], old[:-1]]),
-                              buffer, fresh)
-        filled = jnp.minimum(filled + 1, buffer.action.shape[0])
-    return fit_state.replace(params=params, opt_state=opt_state, buffer=buffer,
-                             filled=filled), metrics
+    return fit_state.replace(params=params, opt_state=opt_state), metrics

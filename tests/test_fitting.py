@@ -12,6 +12,7 @@ import numpy as np
 import optax
 import pytest
 
+from jaxcredit import fitting
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.fitting import FitSchedule, fit, init_fit_state
 from jaxcredit.types import Trajectory
@@ -70,7 +71,7 @@ def test_zero_steps_leave_the_model_alone():
 def test_window_buffer_keeps_the_most_recent_windows_and_minibatches_draw_valid_ones():
     schedule = FitSchedule(steps=1, minibatches=4, windows=3)
     state = init_fit_state({"c": jnp.float32(0.0)}, _window(), schedule)
-    assert state.buffer.reward.shape == (2, 3, 4) and int(state.filled) == 0
+    assert state.buffer.reward.shape == (3 * 4, 3) and int(state.filled) == 0
 
     def spy_loss(params, traj, hparams, key):
         value, metrics = _mean_reward_loss(params, traj, hparams, key)
@@ -78,16 +79,42 @@ def test_window_buffer_keeps_the_most_recent_windows_and_minibatches_draw_valid_
                        "smallest_reward": traj.reward.min()}
 
     first = None
-    for i in range(3):
+    for i in range(4):
         state, metrics = fit(spy_loss, state, _window(offset=100.0 * (i + 1)), None, 0.1, 1.0,
                              jax.random.key(i), schedule)
         first = metrics if first is None else first
-    assert int(state.filled) == 2
-    # Newest first: the windows of offsets 300 (fresh at the last call) and 200.
-    np.testing.assert_allclose(state.buffer.reward[:, 0, 0], [300.0, 200.0])
+    assert int(state.filled) == 3
+    # A ring of the 3 latest windows: 100, 200 and 300 went to slots 0, 1 and 2 (environment
+    # rows 0, 4 and 8), then 400 overwrote the oldest (slot 0).
+    np.testing.assert_allclose(state.buffer.reward[::4, 0], [400.0, 200.0, 300.0])
+    assert int(state.cursor) == 1
     # Each step took num_envs / minibatches = 1 whole column; at the first call only the fresh
     # window was valid (offset 100), never the empty (zero) buffer slots.
     assert float(first["columns"]) == 1.0 and float(first["smallest_reward"]) >= 100.0
+
+
+def test_window_draws_cover_the_fresh_window_and_the_filled_ring_uniformly():
+    # 2 envs, 4 ring slots, 3 of them filled (two earlier windows and the fresh one): 6 valid
+    # columns, each drawn with probability 1/6 (one column per draw); the empty slot never.
+    schedule = FitSchedule(steps=1, minibatches=2, windows=4)
+    state = init_fit_state({"c": jnp.float32(0.0)}, _window(num_envs=2), schedule)
+    for offset in (100.0, 200.0):
+        state, _ = fit(_mean_reward_loss, state, _window(num_envs=2, offset=offset), None, 0.0, 1.0,
+                       jax.random.key(0), schedule)
+    fresh = _window(num_envs=2, offset=300.0)
+    state = fitting._push(state, fresh)
+    draws = jax.vmap(lambda k: fitting._draw_columns(state, fresh, 1, k).reward[0, 0])(
+        jax.random.split(jax.random.key(1), 6000))
+    firsts = {float(v) for v in np.unique(draws)}
+    expected = {float(fresh.reward[0, j]) for j in range(2)} | {
+        float(state.buffer.reward[2 * s + j, 0]) for s in range(3) for j in range(2)}
+    assert firsts == expected
+    counts = np.array([np.mean(draws == v) for v in sorted(expected)])
+    np.testing.assert_allclose(counts, 1 / 6, atol=0.025)
+    # A drawn column is a whole column of one window: every step of it comes from that window.
+    column = fitting._draw_columns(state, fresh, 1, jax.random.key(3)).reward[:, 0]
+    assert np.all(np.isin(np.asarray(column), np.concatenate(
+        [np.asarray(fresh.reward).ravel(), np.asarray(state.buffer.reward).ravel()])))
 
 
 def test_bad_schedules_are_one_line_errors():
@@ -148,3 +175,18 @@ def test_fitted_hindsight_approaches_the_exact_model(name, fields, estimator_lr,
     unfitted, fitted = _kl_unfitted_and_fitted(fields, 4, 80, estimator_lr)
     assert np.all(unfitted > unfitted_above), (name, unfitted)
     assert np.all(fitted < fitted_below), (name, fitted, unfitted)
+
+
+def test_the_engine_fits_on_a_ring_of_recent_windows():
+    # 5 updates into a ring of 3 windows: full after 3, the cursor back at 5 mod 3 = 2; every
+    # window the ring holds is one the run collected (its rewards are AmbiguousBandit's, never
+    # the zeros it started with).
+    config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit", num_envs=4,
+                         num_steps=2, total_timesteps=4 * 2 * 5, estimator_fit_windows=3,
+                         estimator_fit_minibatches=2, eval_every=0)
+    state, metrics = jax.jit(make_engine(config).train)(jax.random.key(0), Hparams.create())
+    fit_state = state.estimator
+    assert fit_state.buffer.reward.shape == (3 * 4, 2)
+    assert int(fit_state.filled) == 3 and int(fit_state.cursor) == 2
+    assert np.all(np.asarray(fit_state.buffer.reward) != 0.0)
+    assert np.all(np.isfinite(np.asarray(metrics["estimator/loss"])))
