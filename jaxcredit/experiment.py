@@ -20,7 +20,7 @@ import json
 import pathlib
 import shutil
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -358,6 +358,9 @@ class OutputArgs:
     """copy the report into the experiment's committed results/ folder"""
     force: bool = False
     """with --publish: replace the published report"""
+    seed: Optional[int] = None
+    """base seed of the runs (default: the experiment's own, that of its published results);
+    another seed gives a held-out replicate, e.g. for a setting chosen on the published seeds"""
 
 
 def chosen_size(sizes: dict, args: Any) -> dict:
@@ -387,8 +390,9 @@ def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Seque
     out = pathlib.Path(args.out) if args.out else default_out(name)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
+    seed = seed if args.seed is None else args.seed
     timings = run_cases(cases, out, num_seeds=num_seeds, seed=seed, num_chunks=num_chunks)
-    meta = dict(meta, seconds={k: v["seconds"] for k, v in timings.items()},
+    meta = dict(meta, seed=seed, seconds={k: v["seconds"] for k, v in timings.items()},
                 train_seconds=sum(v["seconds"] or 0.0 for v in timings.values()),
                 wall_seconds=time.time() - start,
                 command=f"python experiments/{name}/run.py " + " ".join(

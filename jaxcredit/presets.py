@@ -32,6 +32,11 @@ LEARNERS: dict[str, dict[str, Any]] = {
     # two-hot) instead of standardised per batch (docs/hca.md, "A fixed grid").
     "hca_return grid": dict(algo="a2c", estimator="hca_return",
                             estimator_options=(("model_input", "grid"), ("z_bins", 8))),
+    # HCA's own model (hca_classes.py, ReturnHCA): a logit table h[s, bin] on one-hot state
+    # observations, the return snapped to the nearest point of a fixed grid (16 points over the
+    # environment's return range); the experiment supplies num_states and the table's rate.
+    "hca_return tabular": dict(algo="a2c", estimator="hca_return",
+                               estimator_options=(("model", "tabular"),)),
     # Hindsight-DICE: the ratio π/h learned by DualDICE instead of divided.
     "hca_dice": dict(algo="a2c", estimator="hca_dice"),
     "hca_state": dict(algo="a2c", estimator="hca_state"),

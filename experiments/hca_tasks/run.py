@@ -32,13 +32,15 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from jaxcredit import envs
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
 from jaxcredit.presets import learner_fields
 
 HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/p_optimal_first_action"
-ALL_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return grid", "hca_return oracle",
+ALL_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return grid", "hca_return tabular",
+                "hca_return oracle",
                 "hca_return 1-step",
                 "hca_state", "hca_state oracle", "hca_state 1-step", "c2a2c", "c2a2c oracle",
                 "c2a2c 1-step")
@@ -62,6 +64,7 @@ SIZES = {
 # γ = 1 (episodic); a small entropy bonus; the credit models' own learning rate.
 HPARAMS = dict(lr=3e-3, gamma=1.0, lambda_=0.95, ent_coef=0.003, vf_coef=0.5, max_grad_norm=1.0,
                estimator_lr=1e-3)
+TABLE_LR = 3e-2  # the tabular hindsight model's rate (case below)
 
 
 @dataclasses.dataclass
@@ -88,6 +91,14 @@ def case(task: str, label: str, updates: int) -> X.Case:
         # evidence (docs/hca.md, "hca_state on aliased states").
         overrides["estimator_options"] = (("condition_on_reward", True),)
     hp = dict(HPARAMS)
+    if label == "hca_return tabular":
+        # One logit per (observation, return bin, action), the observations one-hot. A table
+        # entry moves by about the rate per Adam step, so the MLP's 1e-3 would leave it near
+        # h = π after 150 updates: 3e-2 (1e-2 and 1e-1 measured worse, README).
+        env_obj, env_params = envs.make(env, **dict(env_options))
+        num_states = int(np.prod(env_obj.observation_space(env_params).shape))
+        overrides["estimator_options"] = (("model", "tabular"), ("num_states", num_states))
+        hp["estimator_lr"] = TABLE_LR
     if label.endswith("1-step"):
         hp["estimator_lr"] = hp["lr"]
     config = TrainConfig(
