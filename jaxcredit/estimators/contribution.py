@@ -35,8 +35,8 @@ import jax.numpy as jnp
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.estimators.hca import (
-    PAIR_MODES, all_pair_offsets, chunked_rows, episode_index, rewarded_pair_offsets, sampled_pair_offsets,
-    state_hca_future_credit, state_hca_pair_loss, state_pair_hindsight)
+    PAIR_MODES, all_pair_offsets, chunked_rows, episode_index, rewarded_pair_offsets,
+    sampled_pair_offsets, state_hca_future_credit, state_hca_pair_loss, state_pair_hindsight)
 from jaxcredit.estimators.hca_return import behaviour_policy, check_choice, value_target
 from jaxcredit.types import Credit, Trajectory
 
