@@ -45,16 +45,20 @@ class FitSchedule:
     """How a learned stage is fitted each update (part of the frozen config).
 
     Attributes:
-      steps: optimiser steps per update (0: the model is never fitted).
+      steps: optimiser steps per update (0: the model is never fitted); with ``until_loss``,
+        the most steps per update.
       minibatches: each step uses ``num_envs // minibatches`` environments' whole windows.
       windows: the fresh window plus ``windows − 1`` earlier ones are the data (1: fresh only).
       anneal_lr: decay the stage's learning rate linearly to 0 over the run, like the agent's.
+      until_loss: 0, or fit each update until a running average of the loss falls to this
+        value (RUDDER's schedule, :func:`fit`), at most ``steps`` steps.
     """
 
     steps: int = 4
     minibatches: int = 1
     windows: int = 1
     anneal_lr: bool = False
+    until_loss: float = 0.0
 
     def validate(self, stage: str, num_envs: int) -> None:
         for name in ("minibatches", "windows"):
@@ -64,6 +68,9 @@ class FitSchedule:
         if not isinstance(self.steps, int) or self.steps < 0:
             raise ValueError(f"{stage}_fit_steps must be a non-negative integer, got "
                              f"{self.steps!r}")
+        if not self.until_loss >= 0.0:
+            raise ValueError(f"{stage}_fit_until_loss must be >= 0 (0: a fixed number of "
+                             f"steps), got {self.until_loss!r}")
         if num_envs % self.minibatches:
             raise ValueError(f"num_envs={num_envs} is not divisible by {stage}_fit_minibatches="
                              f"{self.minibatches}")
@@ -192,6 +199,14 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
     whole episodes), every step fits the batch ``sample`` draws instead; ``minibatches`` and
     ``windows`` of the schedule do not apply.
 
+    With ``schedule.until_loss = ℓ > 0`` the steps stop once a running average of the loss falls
+    to ℓ (at most ``schedule.steps`` steps), the rule of RUDDER's demonstration code
+    (``ml-jku/rudder-demonstration-code``, ``rudder.py``, ``RRLSTM.train``): the average starts
+    at 2ℓ every update, each step moves it 1 % of the way to the step's loss, ``ℓ_i``, and a
+    step whose loss is above twice the average resets the average to that loss. The loss is the
+    stage's ``main_loss`` metric where it reports one (RUDDER: the final-step prediction error),
+    else its value. The metric ``fit_steps`` says how many steps ran.
+
     Returns the new state (the fresh window pushed into the buffer) and metrics: ``loss`` (mean
     over the steps), ``loss_first`` and ``loss_last`` (the first and last step's minibatch loss,
     before their update), ``grad_norm`` and the loss's own metrics (means over the steps).
@@ -220,7 +235,9 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
         # would make XLA copy the whole ring every update.
         fit_state = _push(fit_state, fresh)
     params, opt_state = fit_state.params, fit_state.opt_state
-    if schedule.steps > 0:
+    if schedule.steps > 0 and schedule.until_loss > 0:
+        params, opt_state, metrics = _fit_until(step, params, opt_state, key, schedule)
+    elif schedule.steps > 0:
         (params, opt_state), (losses, norms, model_metrics) = jax.lax.scan(
             step, (params, opt_state), jax.random.split(key, schedule.steps))
         metrics = {"loss": losses.mean(), "loss_first": losses[0], "loss_last": losses[-1],
@@ -229,3 +246,37 @@ def fit(loss_fn: LossFn, fit_state: FitState, fresh: Trajectory, hparams: Any, l
     else:
         metrics = {}
     return fit_state.replace(params=params, opt_state=opt_state), metrics
+
+
+def _fit_until(step, params, opt_state, key: Array, schedule: FitSchedule):
+    """The steps of :func:`fit` until the running loss reaches ``schedule.until_loss``."""
+    target = jnp.float32(schedule.until_loss)
+    keys = jax.random.split(key, schedule.steps)
+    # One step traced abstractly gives the shapes of the metrics to accumulate.
+    _, (loss0, norm0, metrics0) = jax.eval_shape(step, (params, opt_state), keys[0])
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (norm0, metrics0))
+
+    def running(carry):
+        i, _, _, average, _, _, _, _ = carry
+        return jnp.logical_and(i < schedule.steps, average > target)
+
+    def body(carry):
+        i, params, opt_state, average, first, last, loss_sum, sums = carry
+        (params, opt_state), (loss, norm, metrics) = step((params, opt_state), keys[i])
+        watched = metrics.get("main_loss", loss)
+        average = average - 0.01 * (average - watched)
+        average = jnp.where(watched > 2.0 * average, loss, average)
+        first = jnp.where(i == 0, loss, first)
+        sums = jax.tree.map(jnp.add, sums, (norm, metrics))
+        return i + 1, params, opt_state, average, first, loss, loss_sum + loss, sums
+
+    nan = jnp.full(loss0.shape, jnp.nan, loss0.dtype)
+    count, params, opt_state, _, first, last, loss_sum, (norms, model_metrics) = (
+        jax.lax.while_loop(running, body, (jnp.zeros((), jnp.int32), params, opt_state,
+                                           2.0 * target, nan, nan, jnp.zeros_like(loss0),
+                                           zeros)))
+    n = jnp.maximum(count, 1).astype(jnp.float32)
+    metrics = {"loss": loss_sum / n, "loss_first": first, "loss_last": last,
+               "grad_norm": norms / n, "fit_steps": count.astype(jnp.float32),
+               **{k: v / n for k, v in model_metrics.items()}}
+    return params, opt_state, metrics

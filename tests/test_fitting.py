@@ -34,6 +34,43 @@ def _mean_reward_loss(params, traj, hparams, key):
     return value, {"c": params["c"]}
 
 
+def _constant_loss(value, main=None):
+    """A loss of constant ``value`` (its gradient 0.1 on ``c``), reporting ``main`` as its main
+    loss when given."""
+    def loss(params, traj, hparams, key):
+        del traj, hparams, key
+        total = value + 0.1 * params["c"] - 0.1 * jax.lax.stop_gradient(params["c"])
+        return total, ({} if main is None else {"main_loss": jnp.float32(main)})
+    return loss
+
+
+@pytest.mark.parametrize("loss, max_steps, expected", [
+    # A zero loss: the average starts at 2ℓ and shrinks by 0.99 a step; 2ℓ·0.99^n ≤ ℓ first
+    # at n = 69 (0.99^68 = 0.505, 0.99^69 = 0.4998).
+    (_constant_loss(0.0), 1000, 69),
+    (_constant_loss(0.0), 50, 50),  # capped
+    # A loss above twice the average resets the average to it every step: never reached.
+    (_constant_loss(10.0), 300, 300),
+    # The main loss is what is watched, not the total (RUDDER's rule).
+    (_constant_loss(10.0, main=0.0), 1000, 69),
+])
+def test_fit_until_the_running_loss_reaches_the_threshold(loss, max_steps, expected):
+    traj = _window()
+    schedule = FitSchedule(steps=max_steps, until_loss=0.15)
+    state = init_fit_state({"c": jnp.float32(0.0)}, traj, schedule)
+    fitted, metrics = jax.jit(lambda s: fit(loss, s, traj, None, 0.01, 1e9, jax.random.key(0),
+                                            schedule))(state)
+    assert int(metrics["fit_steps"]) == expected
+    # Adam's first steps on a constant gradient move c by lr each: c = −lr · steps.
+    np.testing.assert_allclose(float(fitted.params["c"]), -0.01 * expected, rtol=1e-3)
+    assert np.isfinite(float(metrics["loss_last"]))
+
+
+def test_fit_until_rejects_a_negative_threshold():
+    with pytest.raises(ValueError, match="estimator_fit_until_loss must be >= 0"):
+        FitSchedule(until_loss=-1.0).validate("estimator", 4)
+
+
 def test_fit_is_adam_on_the_loss_with_clipping():
     traj = _window()
     schedule = FitSchedule(steps=3, minibatches=1)

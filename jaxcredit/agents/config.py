@@ -129,6 +129,9 @@ class TrainConfig:
     """fit on the fresh window plus this many − 1 earlier ones"""
     estimator_anneal_lr: bool = False
     """decay the estimator's learning rate linearly to 0 over the run"""
+    estimator_fit_until_loss: float = 0.0
+    """0, or fit each update until a running average of the model's loss falls to this value
+    (at most estimator_fit_steps steps; RUDDER's rule, jaxcredit.fitting.fit)"""
     burn_in_updates: int = 0
     """updates at the start that only act: no agent step and no model fit (COCOA-feature: 30);
     their windows are the pretraining data"""
@@ -143,6 +146,9 @@ class TrainConfig:
     """fit on the fresh window plus this many − 1 earlier ones"""
     redistribute_anneal_lr: bool = False
     """decay the redistributor's learning rate linearly to 0 over the run"""
+    redistribute_fit_until_loss: float = 0.0
+    """0, or fit each update until a running average of the main loss falls to this value
+    (at most redistribute_fit_steps steps; RUDDER's demonstration code: 0.15)"""
     buffer_size: int = 100_000
     """dqn: replay capacity in transitions, split evenly over the N environments"""
     batch_size: int = 128
@@ -262,12 +268,14 @@ class TrainConfig:
     @property
     def estimator_fit(self) -> FitSchedule:
         return FitSchedule(self.estimator_fit_steps, self.estimator_fit_minibatches,
-                           self.estimator_fit_windows, self.estimator_anneal_lr)
+                           self.estimator_fit_windows, self.estimator_anneal_lr,
+                           self.estimator_fit_until_loss)
 
     @property
     def redistribute_fit(self) -> FitSchedule:
         return FitSchedule(self.redistribute_fit_steps, self.redistribute_fit_minibatches,
-                           self.redistribute_fit_windows, self.redistribute_anneal_lr)
+                           self.redistribute_fit_windows, self.redistribute_anneal_lr,
+                           self.redistribute_fit_until_loss)
 
     @property
     def estimator_kwargs(self) -> dict:
