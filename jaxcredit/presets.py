@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+RUDDER_DEMO_MAX_FIT_STEPS = 100  # the demonstration code has no cap (a while loop)
+
 LEARNERS: dict[str, dict[str, Any]] = {
     "REINFORCE": dict(algo="reinforce"),
     "A2C+GAE": dict(algo="a2c", estimator="gae"),
@@ -50,6 +52,17 @@ LEARNERS: dict[str, dict[str, Any]] = {
     # Return decomposition: GAE on the rewards RUDDER redistributes.
     "A2C+RUDDER": dict(algo="a2c", estimator="gae", redistribute="rudder"),
     "PPO+RUDDER": dict(algo="ppo", estimator="gae", redistribute="rudder"),
+    # RUDDER's demonstration code (ml-jku/rudder-demonstration-code, rudder.py, watch_repair.py):
+    # the cell without forget and output gates, input-gate bias -3, 16 units, inputs Δ-states
+    # and actions, returns scaled by 10, a 2048-episode lessons buffer, batches of 8, no use or
+    # fitting before 256 episodes with two distinct returns, and each fit run until the running
+    # main loss is below 0.15 (here capped at RUDDER_DEMO_MAX_FIT_STEPS per update).
+    "A2C+RUDDER demo": dict(
+        algo="a2c", estimator="gae", redistribute="rudder",
+        redistribute_options=(("batch_episodes", 8), ("cell", "rudder"), ("features", 16),
+                              ("input_gate_bias", -3.0), ("inputs", "delta"), ("lessons", 2048),
+                              ("return_scale", 10.0), ("warmup_episodes", 256)),
+        redistribute_fit_until_loss=0.15, redistribute_fit_steps=RUDDER_DEMO_MAX_FIT_STEPS),
     # Step rewards from a process reward model (step-checkable tasks: ArithmeticChain).
     "PPO+PRM": dict(algo="ppo", estimator="gae", redistribute="prm"),
     # Outcome-only group baselines of RL post-training (set group_size): PPO's clipped loss on

@@ -126,24 +126,103 @@ def _episode_sums(windows, key_name):
     return np.array(sums)
 
 
+# RUDDER's regime options, each of which must keep return-equivalence: Δ-observation inputs, the
+# warm-up (closed for the first window, open after: an episode spans the switch) and the quality
+# gate (q moves with the random model's errors, so it opens and closes).
+REGIMES = {"plain": {}, "delta": {"inputs": "delta", "input_gate_bias": -3.0},
+           "warmup": {"warmup_episodes": 10}, "gate": {"quality_threshold": 0.2}}
+
+
+@pytest.mark.parametrize("regime", sorted(REGIMES))
 @pytest.mark.parametrize("cell", ["lstm", "rudder"])
 @pytest.mark.parametrize("seed", range(2))
-def test_redistributed_rewards_sum_to_each_episode_return(cell, seed):
-    """Random model parameters, episode ends of both kinds, episodes spanning three windows."""
+def test_redistributed_rewards_sum_to_each_episode_return(cell, seed, regime):
+    """Random model parameters, episode ends of both kinds, episodes spanning four windows."""
     rng = np.random.default_rng(seed)
-    windows = [_random_window(rng, 16, 5) for _ in range(3)]
-    rudder = make_redistributor("rudder", cell=cell, features=8, lessons=8, horizon=64)
+    windows = [_random_window(rng, 16, 5) for _ in range(4)]
+    rudder = make_redistributor("rudder", cell=cell, features=8, lessons=32, horizon=64,
+                                **REGIMES[regime])
     params = rudder.init(jax.random.key(seed), windows[0])
     memory = rudder.init_memory(windows[0])
     apply = jax.jit(rudder.redistribute)
-    out = []
+    out, used = [], []
     for w in windows:
         new, memory, metrics = apply(params, w, jax.random.key(0), memory)
         out.append(new)
+        used.append(float(metrics["redistributing"]))
     returns = _episode_sums(windows, "reward")
     assert len(returns) > 5
     np.testing.assert_allclose(_episode_sums(out, "reward"), returns, rtol=1e-4, atol=1e-4)
     assert np.isfinite(float(metrics["prediction_error"]))
+    if regime == "warmup":
+        assert used[0] == 0.0 and used[-1] == 1.0, used
+    elif regime == "gate":  # no quality before the first episodes end: the gate starts closed
+        assert used[0] == 0.0
+    else:
+        assert used == [1.0] * 4
+
+
+def test_a_closed_gate_passes_the_reward_on_and_pays_back_the_running_episode():
+    """Carried in from an open window: prediction p_0 = 2, return so far R_0 = 1. With the gate
+    closed the rewards (1, 2 | 0.25) become (1 + R_0 − p_0, 2 | 0.25) = (0, 2 | 0.25): the
+    episode's new rewards 2 + 0 + 2 sum to its return 1 + 1 + 2; the next episode gets its own."""
+    window = _random_window(np.random.default_rng(0), 3, 1, end_prob=0.0)
+    window = window.replace(reward=jnp.array([[1.0], [2.0], [0.25]]),
+                            terminated=jnp.array([[False], [True], [False]]))
+    rudder = make_redistributor("rudder", features=4, lessons=4, horizon=8,
+                                warmup_episodes=10 ** 6)
+    params = rudder.init(jax.random.key(0), window)
+    memory = rudder.init_memory(window).replace(prediction=jnp.array([2.0]),
+                                                return_so_far=jnp.array([1.0]))
+    new, memory, metrics = rudder.redistribute(params, window, jax.random.key(0), memory)
+    np.testing.assert_allclose(np.asarray(new.reward)[:, 0], [0.0, 2.0, 0.25], atol=1e-6)
+    assert float(metrics["redistributing"]) == 0.0
+    # Carried out: the prediction is the return so far, so the telescoping continues exactly.
+    np.testing.assert_allclose([memory.prediction[0], memory.return_so_far[0]], [0.25, 0.25])
+    # And before the warm-up ends nothing is fitted: every draw weighs nothing.
+    _, valid, _, _ = rudder.sample(memory, jax.random.key(1))
+    assert not np.any(np.asarray(valid))
+
+
+def test_quality_is_one_minus_the_running_error_over_the_return_variance():
+    """Two stored episodes with returns 1 and 3 (variance 1) and a running squared error of 0.5:
+    q = 1 − 0.5 / 1 = 0.5, so a threshold of 0.4 redistributes and one of 0.6 does not."""
+    window = _random_window(np.random.default_rng(0), 2, 2, end_prob=0.0)
+    window = window.replace(reward=jnp.array([[0.0, 3.0], [1.0, 0.0]]),
+                            terminated=jnp.array([[False, True], [True, False]]))
+    for threshold, expected in ((0.4, 1.0), (0.6, 0.0)):
+        rudder = make_redistributor("rudder", features=4, lessons=4, horizon=8,
+                                    quality_threshold=threshold)
+        params = rudder.init(jax.random.key(0), window)
+        _, memory, first = rudder.redistribute(params, window, jax.random.key(0),
+                                               rudder.init_memory(window))
+        assert np.isnan(float(first["quality"]))  # nothing stored before the first window
+        assert float(first["redistributing"]) == 0.0
+        memory = memory.replace(squared_error=jnp.float32(0.5))
+        _, _, metrics = rudder.redistribute(params, window, jax.random.key(0), memory)
+        np.testing.assert_allclose(float(metrics["quality"]), 0.5, rtol=1e-6)
+        assert float(metrics["redistributing"]) == expected
+
+
+@pytest.mark.parametrize("inputs", ["obs", "delta"])
+def test_the_fit_reads_stored_episodes_as_the_stream_read_them(inputs):
+    """One episode of 6 steps in one window: its final-step error written as its priority while
+    redistributing (the stream) equals the main loss of the fit on it (the lessons buffer), so
+    both paths feed the model the same inputs (the Δ-observations included)."""
+    rng = np.random.default_rng(5)
+    window = _random_window(rng, 6, 1, end_prob=0.0)
+    window = window.replace(truncated=jnp.zeros((6, 1), bool).at[5, 0].set(True))
+    rudder = make_redistributor("rudder", features=8, lessons=4, horizon=8, return_scale=1.0,
+                                inputs=inputs)
+    params = rudder.init(jax.random.key(2), window)
+    _, memory, _ = rudder.redistribute(params, window, jax.random.key(0),
+                                       rudder.init_memory(window))
+    filled = np.isfinite(np.asarray(memory.episodes.priority))
+    assert filled.sum() == 1
+    batch = rudder.sample(memory, jax.random.key(1))
+    _, metrics = rudder.loss(params, batch, None, jax.random.key(0))
+    np.testing.assert_allclose(float(metrics["main_loss"]),
+                               float(np.asarray(memory.episodes.priority)[filled][0]), rtol=1e-5)
 
 
 def test_carry_resets_at_episode_start():
@@ -167,6 +246,10 @@ def test_carry_resets_at_episode_start():
 def test_bad_options_are_one_line_errors():
     with pytest.raises(ValueError, match="cell must be one of"):
         make_redistributor("rudder", cell="gru")
+    with pytest.raises(ValueError, match="inputs must be one of obs, delta"):
+        make_redistributor("rudder", inputs="diff")
+    with pytest.raises(ValueError, match="warmup_episodes must be >= 0"):
+        make_redistributor("rudder", warmup_episodes=-1)
     with pytest.raises(ValueError, match="lessons must be a positive integer"):
         make_redistributor("rudder", lessons=0)
     rudder = make_redistributor("rudder", lessons=2, horizon=8)
@@ -263,8 +346,12 @@ def test_engine_reads_the_undelayed_ground_truth_and_keeps_returns():
                                                          jax.random.key(2))
     np.testing.assert_allclose(np.asarray(traj.reward).sum(0),
                                np.asarray(window.trajectory.reward).sum(0), atol=1e-5)
-    assert {"redistribute/advantage_correlation", "redistribute/decisive_share",
-            "redistribute/prediction_error", "redistribute/main_loss"} <= set(metrics)
+    assert {"redistribute/prediction_error", "redistribute/main_loss"} <= set(metrics)
+    # The diagnostics against the exact Q run at evaluation points only.
+    assert "redistribute/decisive_share" not in metrics
+    evaluated = jax.jit(engine.evaluate)(state, hparams)
+    assert {"redistribute/advantage_correlation", "redistribute/decisive_share"} <= set(evaluated)
+    assert np.isfinite(float(evaluated["redistribute/advantage_correlation"]))
     _, run_metrics = jax.jit(engine.run, static_argnums=2)(state, hparams, 10)
     assert np.isfinite(np.asarray(run_metrics["eval/exact_return"])[-1])
 
@@ -324,8 +411,11 @@ def test_oracle_puts_q_on_the_first_step_and_the_noise_on_the_last():
     np.testing.assert_allclose(new[0], sign, atol=1e-5)
     np.testing.assert_allclose(new[1:3], 0.0, atol=1e-5)
     np.testing.assert_allclose(new[3], old[3] - sign, atol=1e-5)
-    assert float(metrics["redistribute/decisive_share"]) > 0.3
     assert "redistribute/loss" not in metrics  # nothing is fitted
+    # At an evaluation point, on a held-out window: r̃ = ±1 on the decisive first step and the
+    # noise (±σ per step) on the last, so the first step holds a good share of Σ|r̃|.
+    evaluated = jax.jit(engine.evaluate)(state, hparams)
+    assert float(evaluated["redistribute/decisive_share"]) > 0.3
 
 
 def test_oracle_needs_ground_truth():

@@ -51,8 +51,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/exact_return"
 THRESHOLD = 0.9  # of the optimal return, 1
 DELAY_LEARNERS = ("REINFORCE", "A2C+GAE", "A2C+RUDDER", "A2C+RUDDER oracle")
+# Learners that run only when asked for (--learners): RUDDER in its demonstration code's regime,
+# and the same with the Atari code's quality gate.
+EXTRA_LEARNERS = ("A2C+RUDDER demo", "A2C+RUDDER demo gated")
 CARTPOLE_LEARNERS = ("PPO+GAE dense", "PPO+GAE", "PPO+RUDDER")
 NUM_ENVS = 16
+QUALITY_GATE = 0.2  # the Atari code's threshold (ppo2_rudder configs), q = 1 − MSE / Var(G)
 
 SIZES = {
     "smoke": dict(delays=(5, 20), sigma=0.5, updates=20, seeds=2, cartpole_steps=20_000),
@@ -81,18 +85,32 @@ class Args(X.OutputArgs):
     """updates (of 16 episodes) per delay run (default: the size's)"""
     cartpole: bool = True
     """also run the delayed CartPole part"""
+    learners: tuple[str, ...] = ()
+    """delay-part learners (default: REINFORCE, A2C+GAE, A2C+RUDDER and its oracle; also
+    'A2C+RUDDER demo' and 'A2C+RUDDER demo gated')"""
+
+
+def delay_fields(label: str) -> dict:
+    """The learner's fields; 'gated' adds the Atari code's quality gate to the demo regime."""
+    if label.endswith(" gated"):
+        fields = learner_fields(label.removesuffix(" gated"))
+        fields["redistribute_options"] += (("quality_threshold", QUALITY_GATE),)
+        return fields
+    return {"redistribute_fit_steps": 4, **learner_fields(label)}
 
 
 def delay_case(delay: int, label: str, sigma: float, updates: int) -> X.Case:
     config = TrainConfig(
-        **learner_fields(label), env="DelayedReward-DelayedEffect",
+        **delay_fields(label), env="DelayedReward-DelayedEffect",
         env_options=(("n", delay), ("sigma", sigma)), num_envs=NUM_ENVS, num_steps=delay + 1,
         total_timesteps=NUM_ENVS * (delay + 1) * updates, anneal_lr=False,
-        eval_every=max(1, updates // 80), eval_episodes=16,
-        redistribute_fit_steps=4)
+        eval_every=max(1, updates // 80), eval_episodes=16)
+    # The demonstration code's model optimiser: Adam at 1e-2 with weight decay 1e-6.
+    settings = (dict(DELAY_HPARAMS, redistributor_weight_decay=1e-6) if "demo" in label
+                else DELAY_HPARAMS)
     return X.Case(name=f"delay{delay}/{label.replace('+', '_').replace(' ', '_')}", config=config,
-                  settings=(DELAY_HPARAMS,), labels={"part": "delay", "delay": delay,
-                                                      "learner": label})
+                  settings=(settings,), labels={"part": "delay", "delay": delay,
+                                                "learner": label})
 
 
 def cartpole_case(label: str, steps: int) -> X.Case:
@@ -139,7 +157,10 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
             for extra in ("redistribute/decisive_share", "redistribute/advantage_correlation",
                           "redistribute/prediction_error"):
                 try:
-                    entry[extra] = X.final(out / c.name, extra, last=16).tolist()
+                    # The prediction error is per update; the diagnostics against the exact
+                    # Q-values are measured at evaluation points.
+                    entry[extra] = X.final(out / c.name, extra,
+                                           last=16 if extra.endswith("error") else 3).tolist()
                 except ValueError:
                     pass
             results["delay"][f"{c.labels['delay']}|{c.labels['learner']}"] = entry
@@ -170,9 +191,9 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                                   lambda d, lab: cell("final")(int(d), lab)) + [""]
         rudder = [lab for lab in learners if "RUDDER" in lab]
         for key, title in (("redistribute/decisive_share", "Share of |r̃| on the decisive "
-                            "first step (last 16 updates)"),
+                            "first step (last 3 evaluations)"),
                            ("redistribute/advantage_correlation", "Correlation of r̃ with the "
-                            "exact advantage of the taken action (last 16 updates)"),
+                            "exact advantage of the taken action (last 3 evaluations)"),
                            ("redistribute/prediction_error", "RMS return-prediction error at "
                             "episode ends (last 16 updates)")):
             lines += [f"### {title}", ""]
@@ -253,7 +274,7 @@ def main(argv=None) -> int:
         if any(d < 1 for d in delays):
             raise ValueError(f"delays must be positive, got {delays}")
         cases = [delay_case(d, lab, size["sigma"], updates) for d in delays
-                 for lab in DELAY_LEARNERS]
+                 for lab in (args.learners or DELAY_LEARNERS)]
         if args.cartpole:
             cases += [cartpole_case(lab, size["cartpole_steps"]) for lab in CARTPOLE_LEARNERS]
     except ValueError as err:

@@ -319,18 +319,16 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     def lr_scale(state: TrainState, anneal: bool):
         return 1.0 - state.update.astype(jnp.float32) / config.num_updates if anneal else 1.0
 
-    def exact_params(state: TrainState, hparams: Hparams, kind: str):
-        mdp = ground_truth.mdp()
-        pi = gt_lib.policy_table(network, state.agent.params, mdp)
-        return gt_lib.exact_model_params(kind, ground_truth, mdp, pi, hparams.gamma)
+    def behaviour_table(state: TrainState) -> Array:
+        """π[s, a] of the acting policy on the reference MDP. Built once per update (or
+        evaluation) and handed to every stage that reads it: with ground truth for the credit
+        stages, ``reference`` is ``ground_truth`` (under DelayedReward the credit stages get
+        none), so the oracle estimator and an exact redistributor share one table."""
+        return gt_lib.policy_table(network, state.agent.params, reference.mdp())
 
-    def redistribution_quality(state: TrainState, hparams: Hparams, original: Trajectory,
-                               traj: Trajectory) -> Metrics:
-        """The new rewards against the exact Q of the current policy (tabular environments)."""
-        mdp = reference.mdp()
-        pi = gt_lib.policy_table(network, state.agent.params, mdp)
-        return gt_lib.redistribution_quality(mdp, pi, hparams.gamma, original.state,
-                                             original.action, traj.reward)
+    def exact_params(pi: Array, hparams: Hparams, kind: str):
+        return gt_lib.exact_model_params(kind, ground_truth, ground_truth.mdp(), pi,
+                                         hparams.gamma)
 
     def fit_estimator(state: TrainState, est_state: FitState, traj: Trajectory,
                       hparams: Hparams, key: Array) -> tuple[FitState, Metrics]:
@@ -363,10 +361,28 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         fitted = jax.tree.map(lambda new, old: jnp.where(active, new, old), fitted, est_state)
         return fitted, {k: jnp.where(active, v, jnp.nan) for k, v in fit_metrics.items()}
 
+    def redistribute(rd_state: FitState, traj: Trajectory, key: Array, pi: Optional[Array]):
+        """The redistribute stage on ``traj`` with the current model (the exact one reads
+        ``pi``, the behaviour table): ``(new trajectory, stage state with its memory, metrics)``."""
+        rd_params = rd_state.params
+        if redistributor.exact_model:
+            rd_params = gt_lib.exact_redistribution_params(redistributor.exact_model,
+                                                           reference.mdp(), pi)
+        if redistributor.init_memory is not None:
+            traj, memory, rd_metrics = redistributor.redistribute(rd_params, traj, key,
+                                                                  rd_state.memory)
+            return traj, rd_state.replace(memory=memory), rd_metrics
+        traj = redistributor.redistribute(rd_params, traj, key)
+        if isinstance(traj, tuple):  # (trajectory, metrics)
+            return traj[0], rd_state, traj[1]
+        return traj, rd_state, {}
+
     def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
         rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
         metrics = {}
         rd_state, est_state = state.redistributor, state.estimator
+        exact_redistributor = redistributor is not None and redistributor.exact_model
+        pi = (behaviour_table(state) if estimator.is_oracle or exact_redistributor else None)
         if redistributor is not None:
             if redistributor.learned:
                 sample = (None if redistributor.sample is None
@@ -380,27 +396,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                     lambda new, old: jnp.where(state.update >= burn_in, new, old), fitted,
                     rd_state)
                 metrics.update({f"redistribute/{k}": v for k, v in fit_metrics.items()})
-            original = traj
-            rd_params = rd_state.params
-            if redistributor.exact_model:
-                mdp = reference.mdp()
-                pi = gt_lib.policy_table(network, state.agent.params, mdp)
-                rd_params = gt_lib.exact_redistribution_params(redistributor.exact_model, mdp, pi)
-            if redistributor.init_memory is not None:
-                traj, memory, rd_metrics = redistributor.redistribute(
-                    rd_params, traj, rd_key, rd_state.memory)
-                rd_state = rd_state.replace(memory=memory)
-                metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
-            else:
-                traj = redistributor.redistribute(rd_params, traj, rd_key)
-                if isinstance(traj, tuple):  # (trajectory, metrics)
-                    traj, rd_metrics = traj
-                    metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
-            if reference is not None:
-                metrics.update({f"redistribute/{k}": v for k, v in redistribution_quality(
-                    state, hparams, original, traj).items()})
+            traj, rd_state, rd_metrics = redistribute(rd_state, traj, rd_key, pi)
+            metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
         if estimator.is_oracle:
-            params = exact_params(state, hparams, estimator.exact_model)
+            params = exact_params(pi, hparams, estimator.exact_model)
         else:
             if estimator.learned:
                 est_state, fit_metrics = fit_estimator(state, est_state, traj, hparams,
@@ -479,14 +478,13 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return state, metrics
 
     def credit_error_metrics(state: TrainState, traj: Trajectory, hparams: Hparams, exact,
-                             key: Array) -> Metrics:
+                             pi: Array, key: Array) -> Metrics:
         """The fitted model's credit on ``traj`` against its exact twin's, same window and key
-        (``jaxcredit.agents.credit_error``)."""
+        (``jaxcredit.agents.credit_error``); ``pi`` is the behaviour table."""
         params = state.agent.params
         fitted = estimator.assign(state.estimator.params, traj, hparams, key).advantage
         oracle = exact_twin.assign(exact, traj, hparams, key).advantage
         mdp = ground_truth.mdp()
-        pi = gt_lib.policy_table(network, params, mdp)
         decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma))
         metrics = credit_error.credit_error(fitted, oracle, traj.action, decisive[traj.state])
 
@@ -510,7 +508,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
 
     def evaluate(state: TrainState, hparams: Hparams) -> Metrics:
         key = jax.random.fold_in(state.eval_key, state.update)
-        play_key, window_key, pair_key, credit_key = jax.random.split(key, 4)
+        play_key, window_key, pair_key, credit_key, rd_key = jax.random.split(key, 5)
 
         def policy(obs):  # the target policy: no exploration mixture
             return network.apply(state.agent.params, obs, method=ActorCritic.target_policy)
@@ -523,16 +521,25 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             pi = gt_lib.policy_table(network, state.agent.params, mdp, behaviour=False)
             metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
             metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
+        if reference is None or (exact_twin is None and redistributor is None):
+            return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        # The diagnostics against the exact model run here, at evaluation points only, on a
+        # held-out window of the current policy (not used for training): the stages as they
+        # will treat the next update's window.
+        traj = collect(state, hparams, window_key).trajectory
+        behaviour = behaviour_table(state)
+        if redistributor is not None:
+            new, _, _ = redistribute(state.redistributor, traj, rd_key, behaviour)
+            metrics.update({f"redistribute/{k}": v for k, v in gt_lib.redistribution_quality(
+                reference.mdp(), behaviour, hparams.gamma, traj.state, traj.action,
+                new.reward).items()})
         if exact_twin is not None:
-            # On a held-out window of the current policy (not used for training): the model as
-            # it will assign the next update's credit, against the exact one.
-            traj = collect(state, hparams, window_key).trajectory
             log_h, weight = estimator.hindsight(state.estimator.params, traj, hparams, pair_key)
-            exact = exact_params(state, hparams, estimator.exact_model)
+            exact = exact_params(behaviour, hparams, estimator.exact_model)
             log_exact, _ = exact_twin.hindsight(exact, traj, hparams, pair_key)
             metrics["estimator/kl_to_exact"] = gt_lib.kl_divergence(log_exact, log_h, weight)
             metrics.update({f"credit/{k}": v for k, v in credit_error_metrics(
-                state, traj, hparams, exact, credit_key).items()})
+                state, traj, hparams, exact, behaviour, credit_key).items()})
         return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
     return Engine(config=config, env=env, env_params=env_params, network=network,

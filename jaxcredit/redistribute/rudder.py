@@ -47,11 +47,16 @@ history, ``g_t = Σ_{k<t} r̄(s_k, a_k, s_{k+1}) + Q^π(s_t, a_t)`` (γ = 1, exa
 programming inside the step), which is the paper's optimal redistribution. If the oracle learns
 and the fitted model does not, the shortfall is the model's.
 
+The official code's regime, as options: Δ-observation inputs (``inputs="delta"``), the cell's
+input-gate bias, a warm-up before the model is fitted or used (``warmup_episodes``), a quality
+gate that passes the original reward on while the prediction is poor (``quality_threshold``),
+and, in the engine, fitting until a running loss threshold (``redistribute_fit_until_loss``).
+Either fallback keeps return-equivalence: with the gate closed the prediction used is the return
+so far, so r̃_t = r_t plus, at a window's first step, what a running episode is still owed.
+
 Not implemented from the paper: the Atari version's extra auxiliary outputs (mean reward over the
-next 10 steps, return still to come), integrated-gradients contribution analysis, the
-quality gate that falls back to the original reward when the prediction is poor, and the
-Atari mix of redistributed reward and value; the state-difference inputs Δ(s_{t−1}, s_t) of the
-paper's demonstration code (the observation is the input).
+next 10 steps, return still to come), integrated-gradients contribution analysis, and the Atari
+mix of redistributed reward and value.
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ from jaxcredit.types import Trajectory
 Array = jax.Array
 
 CELLS = ("lstm", "rudder")
+INPUTS = ("obs", "delta")
+QUALITY_DECAY = 0.9  # per window with finished episodes: the running MSE behind the quality
 # Episodes kept when the environment states no time limit.
 DEFAULT_MAX_EPISODE_STEPS = 1000
 
@@ -83,13 +90,15 @@ class RudderCell(nn.Module):
     """
 
     features: int
+    input_gate_bias: float = 0.0
 
     @nn.compact
     def __call__(self, carry, x):
         c, h = carry
         z = jnp.tanh(nn.Dense(self.features, kernel_init=nn.initializers.normal(0.1),
                               name="cell_input")(x))
-        gate = jax.nn.sigmoid(nn.Dense(self.features, name="input_gate")(h))
+        bias = nn.initializers.constant(self.input_gate_bias)
+        gate = jax.nn.sigmoid(nn.Dense(self.features, bias_init=bias, name="input_gate")(h))
         c = c + gate * z
         return (c, c), c
 
@@ -99,11 +108,13 @@ class ReturnModel(nn.Module):
 
     features: int = 16
     cell: str = "lstm"
+    input_gate_bias: float = 0.0
 
     @nn.compact
     def __call__(self, carry, x):
         if self.cell == "rudder":
-            carry, h = RudderCell(self.features, name="rudder_cell")(carry, x)
+            carry, h = RudderCell(self.features, self.input_gate_bias,
+                                  name="rudder_cell")(carry, x)
         else:
             carry, h = nn.OptimizedLSTMCell(self.features, recurrent_kernel_init=orthogonal(),
                                             name="lstm_cell")(carry, x)
@@ -119,24 +130,32 @@ class RudderMemory:
       prediction: ``[N]`` g_{t−1} in return units (0 at an episode's start).
       return_so_far: ``[N]`` the running episode's return before the next step.
       prev_reward: ``[N]`` r_{t−1} (0 at an episode's start), the next step's input.
+      prev_obs: ``[N, ...]`` o_{t−1} (0 at an episode's start), for Δ-observation inputs.
       scale: the return scale of the model's targets and outputs.
       episodes: running episodes and the lessons buffer.
+      squared_error: running mean of (G − g_T)² over finished episodes (return units; NaN
+        before the first), the numerator of the prediction quality.
     """
 
     carry: Any
     prediction: Array
     return_so_far: Array
     prev_reward: Array
+    prev_obs: Array
     scale: Array
     episodes: lessons_lib.EpisodeMemory
+    squared_error: Array
     num_actions: int = struct.field(pytree_node=False, default=0)
 
 
 def _inputs(obs: Array, action: Array, prev_reward: Array, num_actions: int,
-            scale: Array) -> Array:
-    """``[..., D]`` model input of a step: flat observation, one-hot action, previous reward."""
+            scale: Array, prev_obs: Optional[Array] = None) -> Array:
+    """``[..., D]`` model input of a step: flat observation (or with ``prev_obs`` the change
+    Δ_t = o_t − o_{t−1}), one-hot action, previous reward."""
     batch = action.shape
     flat = obs.reshape(batch + (-1,)).astype(jnp.float32)
+    if prev_obs is not None:
+        flat = flat - prev_obs.reshape(batch + (-1,)).astype(jnp.float32)
     return jnp.concatenate([flat, jax.nn.one_hot(action, num_actions, dtype=jnp.float32),
                             (prev_reward / scale)[..., None]], axis=-1)
 
@@ -250,7 +269,9 @@ def make_rudder_oracle() -> Redistributor:
 def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
                 return_scale: float = 0.0, lessons: int = 256, batch_episodes: int = 16,
                 priority_decay: float = 0.99, max_episode_steps: Optional[int] = None,
-                horizon: Optional[int] = None, model: str = "fitted") -> Redistributor:
+                horizon: Optional[int] = None, model: str = "fitted", inputs: str = "obs",
+                input_gate_bias: float = 0.0, warmup_episodes: int = 0,
+                quality_threshold: Optional[float] = None) -> Redistributor:
     """The RUDDER redistributor (module docstring).
 
     Args:
@@ -267,6 +288,19 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
       max_episode_steps: longest episode stored (H); default: the environment's time limit
         (``horizon``, passed by the engine), else 1000.
       horizon: the environment's time limit (the engine passes it).
+      inputs: ``obs`` (the observation o_t) or ``delta`` (Δ_t = o_t − o_{t−1}, o_{−1} = 0:
+        the demonstration code's state differences, so the last state alone cannot give the
+        return away).
+      input_gate_bias: initial bias of the ``rudder`` cell's input gate (demonstration code:
+        −3, so the cell starts by writing little).
+      warmup_episodes: the model is fitted and its redistribution used only once the lessons
+        buffer has stored more than this many episodes and holds two distinct returns (the
+        demonstration code: 256); before, the original reward is passed on. 0: from the start.
+      quality_threshold: None, or redistribute only while the prediction quality
+        q = 1 − MSE(g_T, G) / Var(G) (running MSE of the finished episodes' final prediction,
+        variance of the lessons buffer's returns) is at least this value, and pass the original
+        reward on otherwise (the Atari code's gate: 0.2). Either fallback keeps every episode's
+        rewards summing to its return.
     """
     if model == "oracle":
         return make_rudder_oracle()
@@ -274,6 +308,13 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         raise ValueError(f"rudder: model must be fitted or oracle, got {model!r}")
     if cell not in CELLS:
         raise ValueError(f"rudder: cell must be one of {', '.join(CELLS)}, got {cell!r}")
+    if inputs not in INPUTS:
+        raise ValueError(f"rudder: inputs must be one of {', '.join(INPUTS)}, got {inputs!r}")
+    if int(warmup_episodes) < 0:
+        raise ValueError(f"rudder: warmup_episodes must be >= 0, got {warmup_episodes}")
+    if quality_threshold is not None and not isinstance(quality_threshold, (int, float)):
+        raise ValueError(f"rudder: quality_threshold must be a number or none, got "
+                         f"{quality_threshold!r}")
     features, lessons, batch_episodes = int(features), int(lessons), int(batch_episodes)
     for name, value in (("features", features), ("lessons", lessons),
                         ("batch_episodes", batch_episodes)):
@@ -286,8 +327,9 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
     steps = int(max_episode_steps or horizon or DEFAULT_MAX_EPISODE_STEPS)
     if steps < 1:
         raise ValueError(f"rudder: max_episode_steps must be positive, got {steps}")
-    network = ReturnModel(features, cell)
+    network = ReturnModel(features, cell, float(input_gate_bias))
     aux_weight, fixed_scale = float(aux_weight), float(return_scale)
+    delta, warmup = inputs == "delta", int(warmup_episodes)
 
     def zero_carry(batch: int):
         zeros = jnp.zeros((batch, features), jnp.float32)
@@ -305,8 +347,30 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         episodes = lessons_lib.init_memory(num_envs, lessons, steps, example.obs.shape[2:],
                                            example.obs.dtype)
         return RudderMemory(carry=zero_carry(num_envs), prediction=zeros, return_so_far=zeros,
-                            prev_reward=zeros, scale=jnp.float32(max(fixed_scale, 1.0)),
-                            episodes=episodes, num_actions=int(example.logits.shape[-1]))
+                            prev_reward=zeros, prev_obs=jnp.zeros_like(example.obs[0]),
+                            scale=jnp.float32(max(fixed_scale, 1.0)), episodes=episodes,
+                            squared_error=jnp.float32(jnp.nan),
+                            num_actions=int(example.logits.shape[-1]))
+
+    def ready(episodes: lessons_lib.EpisodeMemory) -> Array:
+        """Past the warm-up: enough episodes stored, and two distinct returns among them."""
+        if not warmup:
+            return jnp.bool_(True)
+        filled = jnp.isfinite(episodes.priority)
+        returns = episodes.lessons.returns
+        spread = (jnp.max(jnp.where(filled, returns, -jnp.inf))
+                  - jnp.min(jnp.where(filled, returns, jnp.inf)))
+        return jnp.logical_and(episodes.stored > warmup, spread > 0)
+
+    def quality(episodes: lessons_lib.EpisodeMemory, squared_error: Array) -> Array:
+        """q = 1 − running MSE of g_T / variance of the stored returns (NaN while unknown)."""
+        filled = jnp.isfinite(episodes.priority)
+        count = jnp.maximum(filled.sum(), 1)
+        returns = jnp.where(filled, episodes.lessons.returns, 0.0)
+        mean = returns.sum() / count
+        variance = jnp.sum(jnp.where(filled, (returns - mean) ** 2, 0.0)) / count
+        return jnp.where(variance > 0, 1.0 - squared_error / jnp.maximum(variance, 1e-12),
+                         jnp.nan)
 
     def buffer_scale(episodes: lessons_lib.EpisodeMemory) -> Array:
         if fixed_scale > 0:
@@ -323,20 +387,39 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         scale = memory.scale
 
         def model_step(carry_prev, t):
-            carry, prev_reward = carry_prev
+            carry, prev_reward, prev_obs = carry_prev
             obs, action, reward, done = t
-            x = _inputs(obs, action, prev_reward, num_actions, scale)
+            x = _inputs(obs, action, prev_reward, num_actions, scale,
+                        prev_obs if delta else None)
             carry, g = network.apply(params, carry, x)
             reset = lambda x: jnp.where(  # noqa: E731
                 done.reshape(done.shape + (1,) * (x.ndim - 1)), jnp.zeros_like(x), x)
-            return (jax.tree.map(reset, carry), reset(reward)), g * scale
+            return (jax.tree.map(reset, carry), reset(reward), reset(obs)), g * scale
 
         steps = (traj.obs, traj.action, traj.reward, traj.done)
-        (carry, prev_reward), g = jax.lax.scan(
-            model_step, (memory.carry, memory.prev_reward), steps)
-        new_reward, episode_return, prediction, return_so_far = prediction_differences(
+        (carry, prev_reward, prev_obs), g = jax.lax.scan(
+            model_step, (memory.carry, memory.prev_reward, memory.prev_obs), steps)
+        _, episode_return, _, _ = prediction_differences(
             g, traj.reward, traj.done, memory.prediction, memory.return_so_far)
         errors = jnp.where(traj.done, jnp.square(episode_return - g), 0.0)
+        # The prediction quality, from the finished episodes' errors before this window's.
+        q = quality(memory.episodes, memory.squared_error)
+        use = ready(memory.episodes)
+        if quality_threshold is not None:
+            use = jnp.logical_and(use, q >= quality_threshold)
+        # Gate closed: predicting the return so far (R_t + r_t) gives r̃_t = r_t, plus at the
+        # window's first step the difference R_0 − p_0 still owed to a running episode, so every
+        # episode's new rewards still sum to its return.
+        used = jnp.where(use, g, episode_return)
+        new_reward, _, prediction, return_so_far = prediction_differences(
+            used, traj.reward, traj.done, memory.prediction, memory.return_so_far)
+        ended = traj.done.sum()
+        window_error = errors.sum() / jnp.maximum(ended, 1)
+        squared_error = jnp.where(
+            ended > 0,
+            jnp.where(jnp.isnan(memory.squared_error), window_error,
+                      QUALITY_DECAY * memory.squared_error + (1 - QUALITY_DECAY) * window_error),
+            memory.squared_error)
 
         def record(episodes, t):
             obs, action, reward, done, error = t
@@ -346,10 +429,12 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         episodes = lessons_lib.decay(memory.episodes, priority_decay)
         episodes, _ = jax.lax.scan(record, episodes, steps + (errors,))
         memory = memory.replace(carry=carry, prediction=prediction, return_so_far=return_so_far,
-                                prev_reward=prev_reward, episodes=episodes,
-                                scale=buffer_scale(episodes))
+                                prev_reward=prev_reward, prev_obs=prev_obs, episodes=episodes,
+                                scale=buffer_scale(episodes), squared_error=squared_error)
         metrics = {
             "prediction_error": prediction_error(g, episode_return, traj.done),
+            "quality": q,
+            "redistributing": use.astype(jnp.float32),
             "lessons_filled": jnp.isfinite(memory.episodes.priority).mean(),
             "episodes_too_long": memory.episodes.too_long.astype(jnp.float32),
             "return_scale": memory.scale,
@@ -358,6 +443,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
 
     def sample(memory: RudderMemory, key: Array):
         episodes, valid = lessons_lib.sample(memory.episodes, key, batch_episodes)
+        # Nothing is fitted before the warm-up ends (the loss then weighs no episode).
+        valid = jnp.logical_and(valid, ready(memory.episodes))
         return episodes, valid, memory.scale, memory.num_actions
 
     def predictions(params, episodes: lessons_lib.Episodes, scale: Array,
@@ -366,7 +453,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         reward = jnp.swapaxes(episodes.reward, 0, 1)
         prev = jnp.concatenate([jnp.zeros_like(reward[:1]), reward[:-1]])
         obs, action = jnp.swapaxes(episodes.obs, 0, 1), jnp.swapaxes(episodes.action, 0, 1)
-        x = _inputs(obs, action, prev, num_actions, scale)
+        prev_obs = jnp.concatenate([jnp.zeros_like(obs[:1]), obs[:-1]]) if delta else None
+        x = _inputs(obs, action, prev, num_actions, scale, prev_obs)
         _, g = jax.lax.scan(lambda c, xt: network.apply(params, c, xt),
                             zero_carry(action.shape[1]), x)
         return g
