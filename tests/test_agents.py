@@ -272,7 +272,7 @@ def test_chunked_run_equals_whole_run():
 def test_blocked_scan_without_evaluation_equals_one_flat_scan():
     """With no evaluation the updates run as a scan of SCAN_BLOCK-update scans (for speed): two
     whole blocks and a partial one give the numbers of one flat scan, bit for bit."""
-    from jaxcredit.agents.train import SCAN_BLOCK
+    from jaxcredit.agents.runs import SCAN_BLOCK
 
     updates = 2 * SCAN_BLOCK + 3
     engine = make_engine(TrainConfig(algo="a2c", **{**TINY, "total_timesteps": 64 * updates},

@@ -43,9 +43,8 @@ from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.replay import Replay, Step, as_trajectory, make_replay
 from jaxcredit.agents.rollout import EnvRunner, reset_runner, rollout
 from jaxcredit.agents.state import AgentState
-from jaxcredit.agents.train import (DEFAULT_EVAL_MAX_STEPS, EngineRuns,
-                                    _discrete_actions, _episode_horizon, _strong,
-                                    make_environment)
+from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
+                                   episode_horizon, make_environment, strong)
 from jaxcredit.envs.goals import goal_env, success_fn
 from jaxcredit.estimators import q_learning
 from jaxcredit.fitting import adam_step
@@ -129,8 +128,8 @@ class DQNEngine(EngineRuns):
 def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None) -> DQNEngine:
     """Builds the off-policy engine of a resolved ``config`` (``algo="dqn"``)."""
     env, env_params = make_environment(config, env, env_params)
-    num_actions = _discrete_actions(env, env_params, config.env)
-    horizon = _episode_horizon(env_params)
+    num_actions = discrete_actions(env, env_params, config.env)
+    horizon = episode_horizon(env_params)
     relabeller = None
     if config.relabel:
         relabeller = make_relabeller(config.relabel, env=env, horizon=horizon,
@@ -170,7 +169,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
             agent=AgentState(params, optax.scale_by_adam(eps=config.adam_eps).init(params)),
             target_params=jax.tree.map(jnp.copy, params), replay=replay.init(example),
             runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32))
-        return jax.tree.map(_strong, state)
+        return jax.tree.map(strong, state)
 
     def q_loss(params, obs, action, target, hparams):
         q = network.apply(params, obs)

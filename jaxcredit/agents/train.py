@@ -47,8 +47,9 @@ from jaxcredit.agents import ground_truth as gt_lib
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.rollout import Transitions, reset_groups, reset_runner, rollout
+from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
+                                   episode_horizon, make_environment, strong)
 from jaxcredit.agents.state import AgentState, TrainState, Window
-from jaxcredit.envs import make as make_env
 from jaxcredit.envs import tabular
 from jaxcredit.envs.goals import success_fn
 from jaxcredit.estimators import make_estimator
@@ -59,61 +60,11 @@ from jaxcredit.objectives import Objective, PolicyOutputs, losses, make_objectiv
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.relabel import Relabeller, make_relabeller
 from jaxcredit.agents.credit_scores import step_label_scores
+from jaxcredit.agents.dqn import make_dqn_engine
 from jaxcredit.types import Credit, Trajectory
 
 Array = jax.Array
 Metrics = dict[str, Array]
-
-# Evaluation episodes are cut here when the environment states no time limit.
-DEFAULT_EVAL_MAX_STEPS = 1000
-
-
-class EngineRuns:
-    """``run`` and ``train`` of every engine, from its ``config``, ``init``, ``update_step`` and
-    ``evaluate`` (the on-policy ``Engine`` and the off-policy ``jaxcredit.agents.dqn.DQNEngine``
-    share them, so blocks, evaluation points and chunking are the same for both)."""
-
-    def run(self, state, hparams: Hparams, num_updates: int):
-        """``num_updates`` updates from ``state``: ``(state, metrics [num_updates])``.
-
-        Updates run in blocks of ``eval_every``, each ending with an evaluation whose metrics
-        sit at the block's last update (NaN elsewhere); a final partial block is evaluated too.
-        Without evaluation the blocks are ``SCAN_BLOCK`` updates long (speed only: the numbers
-        are those of one flat scan).
-        Evaluation points count from ``state`` (the host loop starts chunks on block ends).
-        """
-        every = self.config.eval_every
-        scan_updates = lambda s, n: jax.lax.scan(  # noqa: E731
-            lambda c, _: self.update_step(c, hparams), s, None, n)
-
-        def evaluated(state, length):
-            state, metrics = scan_updates(state, length)
-            if every:
-                for name, value in self.evaluate(state, hparams).items():
-                    metrics[name] = jnp.full((length,), jnp.nan, jnp.float32).at[-1].set(value)
-            return state, metrics
-
-        # Without evaluation the updates still run as a scan of scans: on XLA:CPU that measured
-        # 21-26% faster than one flat scan of all updates, with identical numbers
-        # (docs/engine.md, "Blocks of updates").
-        block = every or SCAN_BLOCK
-        blocks, rest = divmod(num_updates, block)
-        parts = []
-        if blocks:
-            state, metrics = jax.lax.scan(lambda s, _: evaluated(s, block), state, None, blocks)
-            parts.append(jax.tree.map(lambda x: x.reshape((blocks * block,) + x.shape[2:]),
-                                      metrics))
-        if rest:
-            state, metrics = evaluated(state, rest)
-            parts.append(metrics)
-        if len(parts) == 1:
-            return state, parts[0]
-        return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
-
-    def train(self, key: Array, hparams: Hparams):
-        """A whole run from a key: ``(final_state, metrics [num_updates])``."""
-        return self.run(self.init(key), hparams, self.config.num_updates)
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Engine(EngineRuns):
@@ -149,15 +100,6 @@ class Engine(EngineRuns):
     update_step: Callable[[TrainState, Hparams], tuple[TrainState, Metrics]]
     evaluate: Callable[[TrainState, Hparams], Metrics]
 
-SCAN_BLOCK = 16  # updates per inner scan of a run without evaluation (EngineRuns.run)
-
-
-def _strong(x: Array) -> Array:
-    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return x
-    return jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x
-
-
 def make_train(config: TrainConfig, env: Any = None, env_params: Any = None):
     """``train(key, hparams) -> (final_state, metrics)`` for ``config`` (see module docstring).
 
@@ -168,35 +110,15 @@ def make_train(config: TrainConfig, env: Any = None, env_params: Any = None):
     return make_engine(config, env, env_params).train
 
 
-def _discrete_actions(env: Any, env_params: Any, name: str) -> int:
-    space = env.action_space(env_params)
-    if not hasattr(space, "n"):
-        raise ValueError(f"environment {name!r} has a {type(space).__name__} action space; "
-                         "jaxcredit's policies are categorical and need discrete actions")
-    return int(space.n)
-
-
-def make_environment(config: TrainConfig, env: Any = None, env_params: Any = None):
-    """``(env, env_params)`` of a resolved config, or the given instance with its params."""
-    if env is None:
-        env, default_params = make_env(config.env, **config.env_kwargs)
-        env_params = default_params if env_params is None else env_params
-    elif env_params is None:
-        env_params = env.default_params
-    return env, env_params
-
-
 def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     """Builds the engine of ``config.algo``: the on-policy ``Engine`` (init, collect,
     assign_credit, update step, evaluate, run, train), or for ``dqn`` the off-policy one
     (``jaxcredit.agents.dqn``), which has the same shape."""
     config = config.resolved()
     if config.algo in OFF_POLICY_ALGOS:
-        from jaxcredit.agents.dqn import make_dqn_engine  # noqa: PLC0415
-
         return make_dqn_engine(config, env, env_params)
     env, env_params = make_environment(config, env, env_params)
-    num_actions = _discrete_actions(env, env_params, config.env)
+    num_actions = discrete_actions(env, env_params, config.env)
     objective = _make_objective(config)
     estimator = make_estimator(config.estimator, env=env, env_params=env_params,
                                group_size=config.group_size, **config.estimator_kwargs)
@@ -204,14 +126,14 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     if episodic:
         _check_episode_windows(config, env, env_params, estimator)
     relabeller = (make_relabeller(config.relabel, env=env,
-                                  horizon=_episode_horizon(env_params),
+                                  horizon=episode_horizon(env_params),
                                   **dict(config.relabel_options))
                   if config.relabel else None)
     if relabeller is not None and relabeller.needs_replay:
         raise ValueError(f"relabel stage {config.relabel!r} relabels replayed transitions and "
                          f"needs the off-policy learner (--algo dqn): a policy gradient on "
                          f"relabelled goals would be off-policy")
-    redistributor = (_make_redistributor(config, env, _episode_horizon(env_params))
+    redistributor = (_make_redistributor(config, env, episode_horizon(env_params))
                      if config.redistribute else None)
     ground_truth = gt_lib.make_ground_truth(
         env, env_params, need_return_law=estimator.exact_model == "return_hindsight",
@@ -284,7 +206,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32))
         # Strong dtypes everywhere (gymnax states hold weakly typed Python scalars): a restored
         # checkpoint has strong dtypes, and the same types mean the same compiled program.
-        return jax.tree.map(_strong, state)
+        return jax.tree.map(strong, state)
 
     def with_values(agent_params, traj: Trajectory) -> Trajectory:
         if not config.critic:
@@ -553,7 +475,7 @@ def _check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
                            estimator: Estimator) -> None:
     """Episodic credit (group baselines, belief credit) needs every window to be one whole
     episode: a fixed episode length equal to num_steps, and instances to share for groups."""
-    horizon = _episode_horizon(env_params)
+    horizon = episode_horizon(env_params)
     what = (f"estimator {config.estimator!r}" if estimator.episode_windows
             else f"group_size={config.group_size}")
     if horizon is None:
@@ -566,12 +488,6 @@ def _check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
         raise ValueError(f"group_size={config.group_size} needs an environment with task "
                          f"instances to share (sample_instance / reset_to_instance, e.g. "
                          f"CommandChain); {config.env!r} has none")
-
-
-def _episode_horizon(env_params: Any) -> Optional[int]:
-    """The environment's time limit (None when it states none)."""
-    steps = getattr(env_params, "max_steps_in_episode", None)
-    return int(steps) if steps else None
 
 
 def _make_redistributor(config: TrainConfig, env: Any, horizon: Optional[int]) -> Redistributor:

@@ -14,7 +14,7 @@ import tyro
 
 from jaxcredit.bench import all as all_bench
 from jaxcredit.bench import estimators, train
-from jaxcredit.cli import UsageError, parse
+from jaxcredit.flags import UsageError, parse
 
 PROG = "jaxcredit bench"
 BENCHMARKS = {"train": train.TrainBench, "estimators": estimators.EstimatorsBench,

@@ -53,7 +53,7 @@ from jaxcredit import envs
 from jaxcredit.bench import baseline as baseline_lib
 from jaxcredit.bench import purejaxrl as purejaxrl_lib
 from jaxcredit.bench.timing import Case, compile_case, race
-from jaxcredit.cli import Repeatable, flat, parse_options
+from jaxcredit.flags import Repeatable, flat, parse_options
 from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
 from jaxcredit.estimators import make_estimator
 from jaxcredit.redistribute import make_redistributor

@@ -19,7 +19,7 @@ from typing import Annotated, Optional, Sequence
 
 import tyro
 
-from jaxcredit.cli import Repeatable, field_docs, flat, parse, parse_options
+from jaxcredit.flags import Repeatable, field_docs, flat, parse, parse_options
 from jaxcredit.diagnostics import report
 from jaxcredit.envs.registry import options as env_options
 from jaxcredit.diagnostics.program import DEFAULT_POLICY_SCALE, DiagnoseConfig, diagnose

@@ -1,0 +1,104 @@
+"""What both engines share: the run loop over updates and evaluation points, building the
+environment of a config, and the checks and conversions every engine makes.
+
+The on-policy engine (``jaxcredit.agents.train``) and the off-policy one
+(``jaxcredit.agents.dqn``) both import from here, and neither from the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from jaxcredit.agents.config import Hparams, TrainConfig
+from jaxcredit.envs import make as make_env
+
+Array = jax.Array
+
+# Evaluation episodes are cut here when the environment states no time limit.
+DEFAULT_EVAL_MAX_STEPS = 1000
+
+
+class EngineRuns:
+    """``run`` and ``train`` of every engine, from its ``config``, ``init``, ``update_step`` and
+    ``evaluate`` (the on-policy ``Engine`` and the off-policy ``jaxcredit.agents.dqn.DQNEngine``
+    share them, so blocks, evaluation points and chunking are the same for both)."""
+
+    def run(self, state, hparams: Hparams, num_updates: int):
+        """``num_updates`` updates from ``state``: ``(state, metrics [num_updates])``.
+
+        Updates run in blocks of ``eval_every``, each ending with an evaluation whose metrics
+        sit at the block's last update (NaN elsewhere); a final partial block is evaluated too.
+        Without evaluation the blocks are ``SCAN_BLOCK`` updates long (speed only: the numbers
+        are those of one flat scan).
+        Evaluation points count from ``state`` (the host loop starts chunks on block ends).
+        """
+        every = self.config.eval_every
+        scan_updates = lambda s, n: jax.lax.scan(  # noqa: E731
+            lambda c, _: self.update_step(c, hparams), s, None, n)
+
+        def evaluated(state, length):
+            state, metrics = scan_updates(state, length)
+            if every:
+                for name, value in self.evaluate(state, hparams).items():
+                    metrics[name] = jnp.full((length,), jnp.nan, jnp.float32).at[-1].set(value)
+            return state, metrics
+
+        # Without evaluation the updates still run as a scan of scans: on XLA:CPU that measured
+        # 21-26% faster than one flat scan of all updates, with identical numbers
+        # (docs/engine.md, "Blocks of updates").
+        block = every or SCAN_BLOCK
+        blocks, rest = divmod(num_updates, block)
+        parts = []
+        if blocks:
+            state, metrics = jax.lax.scan(lambda s, _: evaluated(s, block), state, None, blocks)
+            parts.append(jax.tree.map(lambda x: x.reshape((blocks * block,) + x.shape[2:]),
+                                      metrics))
+        if rest:
+            state, metrics = evaluated(state, rest)
+            parts.append(metrics)
+        if len(parts) == 1:
+            return state, parts[0]
+        return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+
+    def train(self, key: Array, hparams: Hparams):
+        """A whole run from a key: ``(final_state, metrics [num_updates])``."""
+        return self.run(self.init(key), hparams, self.config.num_updates)
+
+
+SCAN_BLOCK = 16  # updates per inner scan of a run without evaluation (EngineRuns.run)
+
+
+def strong(x: Array) -> Array:
+    """``x`` with a strong dtype (gymnax states hold weakly typed Python scalars; a restored
+    checkpoint has strong ones, and the same types mean the same compiled program)."""
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return x
+    return jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x
+
+
+def discrete_actions(env: Any, env_params: Any, name: str) -> int:
+    """The number of actions of a discrete action space; a one-line error for any other."""
+    space = env.action_space(env_params)
+    if not hasattr(space, "n"):
+        raise ValueError(f"environment {name!r} has a {type(space).__name__} action space; "
+                         "jaxcredit's policies are categorical and need discrete actions")
+    return int(space.n)
+
+
+def make_environment(config: TrainConfig, env: Any = None, env_params: Any = None):
+    """``(env, env_params)`` of a resolved config, or the given instance with its params."""
+    if env is None:
+        env, default_params = make_env(config.env, **config.env_kwargs)
+        env_params = default_params if env_params is None else env_params
+    elif env_params is None:
+        env_params = env.default_params
+    return env, env_params
+
+
+def episode_horizon(env_params: Any) -> Optional[int]:
+    """The environment's time limit (None when it states none)."""
+    steps = getattr(env_params, "max_steps_in_episode", None)
+    return int(steps) if steps else None
