@@ -185,8 +185,8 @@ def test_a_closed_gate_passes_the_reward_on_and_pays_back_the_running_episode():
 
 
 def test_quality_is_one_minus_the_running_error_over_the_return_variance():
-    """Two stored episodes with returns 1 and 3 (variance 1) and a running squared error of 0.5:
-    q = 1 − 0.5 / 1 = 0.5, so a threshold of 0.4 redistributes and one of 0.6 does not."""
+    """Two finished episodes with returns 1 and 3 (variance 1) and a running squared error of
+    0.5: q = 1 − 0.5 / 1 = 0.5, so a threshold of 0.4 redistributes and one of 0.6 does not."""
     window = _random_window(np.random.default_rng(0), 2, 2, end_prob=0.0)
     window = window.replace(reward=jnp.array([[0.0, 3.0], [1.0, 0.0]]),
                             terminated=jnp.array([[False, True], [True, False]]))
@@ -196,8 +196,9 @@ def test_quality_is_one_minus_the_running_error_over_the_return_variance():
         params = rudder.init(jax.random.key(0), window)
         _, memory, first = rudder.redistribute(params, window, jax.random.key(0),
                                                rudder.init_memory(window))
-        assert np.isnan(float(first["quality"]))  # nothing stored before the first window
+        assert np.isnan(float(first["quality"]))  # no episode had ended before this window
         assert float(first["redistributing"]) == 0.0
+        np.testing.assert_allclose(np.asarray(memory.return_moments), [2.0, 5.0])
         memory = memory.replace(squared_error=jnp.float32(0.5))
         _, _, metrics = rudder.redistribute(params, window, jax.random.key(0), memory)
         np.testing.assert_allclose(float(metrics["quality"]), 0.5, rtol=1e-6)

@@ -135,6 +135,9 @@ class RudderMemory:
       episodes: running episodes and the lessons buffer.
       squared_error: running mean of (G − g_T)² over finished episodes (return units; NaN
         before the first), the numerator of the prediction quality.
+      return_moments: running means of G and G² over the same episodes (its denominator: the
+        lessons buffer keeps the episodes with the largest errors, so its returns' spread is
+        not the policy's).
     """
 
     carry: Any
@@ -145,6 +148,7 @@ class RudderMemory:
     scale: Array
     episodes: lessons_lib.EpisodeMemory
     squared_error: Array
+    return_moments: Array
     num_actions: int = struct.field(pytree_node=False, default=0)
 
 
@@ -297,8 +301,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         buffer has stored more than this many episodes and holds two distinct returns (the
         demonstration code: 256); before, the original reward is passed on. 0: from the start.
       quality_threshold: None, or redistribute only while the prediction quality
-        q = 1 − MSE(g_T, G) / Var(G) (running MSE of the finished episodes' final prediction,
-        variance of the lessons buffer's returns) is at least this value, and pass the original
+        q = 1 − MSE(g_T, G) / Var(G) (running MSE of the finished episodes' final prediction
+        and running variance of their returns) is at least this value, and pass the original
         reward on otherwise (the Atari code's gate: 0.2). Either fallback keeps every episode's
         rewards summing to its return.
     """
@@ -350,6 +354,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
                             prev_reward=zeros, prev_obs=jnp.zeros_like(example.obs[0]),
                             scale=jnp.float32(max(fixed_scale, 1.0)), episodes=episodes,
                             squared_error=jnp.float32(jnp.nan),
+                            return_moments=jnp.full((2,), jnp.nan, jnp.float32),
                             num_actions=int(example.logits.shape[-1]))
 
     def ready(episodes: lessons_lib.EpisodeMemory) -> Array:
@@ -362,13 +367,9 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
                   - jnp.min(jnp.where(filled, returns, jnp.inf)))
         return jnp.logical_and(episodes.stored > warmup, spread > 0)
 
-    def quality(episodes: lessons_lib.EpisodeMemory, squared_error: Array) -> Array:
-        """q = 1 − running MSE of g_T / variance of the stored returns (NaN while unknown)."""
-        filled = jnp.isfinite(episodes.priority)
-        count = jnp.maximum(filled.sum(), 1)
-        returns = jnp.where(filled, episodes.lessons.returns, 0.0)
-        mean = returns.sum() / count
-        variance = jnp.sum(jnp.where(filled, (returns - mean) ** 2, 0.0)) / count
+    def quality(squared_error: Array, moments: Array) -> Array:
+        """q = 1 − running MSE of g_T / running variance of G (NaN while unknown)."""
+        variance = moments[1] - moments[0] ** 2
         return jnp.where(variance > 0, 1.0 - squared_error / jnp.maximum(variance, 1e-12),
                          jnp.nan)
 
@@ -403,7 +404,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
             g, traj.reward, traj.done, memory.prediction, memory.return_so_far)
         errors = jnp.where(traj.done, jnp.square(episode_return - g), 0.0)
         # The prediction quality, from the finished episodes' errors before this window's.
-        q = quality(memory.episodes, memory.squared_error)
+        q = quality(memory.squared_error, memory.return_moments)
         use = ready(memory.episodes)
         if quality_threshold is not None:
             use = jnp.logical_and(use, q >= quality_threshold)
@@ -414,12 +415,17 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         new_reward, _, prediction, return_so_far = prediction_differences(
             used, traj.reward, traj.done, memory.prediction, memory.return_so_far)
         ended = traj.done.sum()
-        window_error = errors.sum() / jnp.maximum(ended, 1)
-        squared_error = jnp.where(
-            ended > 0,
-            jnp.where(jnp.isnan(memory.squared_error), window_error,
-                      QUALITY_DECAY * memory.squared_error + (1 - QUALITY_DECAY) * window_error),
-            memory.squared_error)
+
+        def running(old, new):  # a running mean over windows in which episodes ended
+            return jnp.where(ended > 0, jnp.where(jnp.isnan(old), new, QUALITY_DECAY * old
+                                                  + (1 - QUALITY_DECAY) * new), old)
+
+        def window_mean(x):
+            return jnp.where(traj.done, x, 0.0).sum() / jnp.maximum(ended, 1)
+
+        squared_error = running(memory.squared_error, window_mean(errors))
+        return_moments = running(memory.return_moments, jnp.stack(
+            [window_mean(episode_return), window_mean(episode_return ** 2)]))
 
         def record(episodes, t):
             obs, action, reward, done, error = t
@@ -430,7 +436,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         episodes, _ = jax.lax.scan(record, episodes, steps + (errors,))
         memory = memory.replace(carry=carry, prediction=prediction, return_so_far=return_so_far,
                                 prev_reward=prev_reward, prev_obs=prev_obs, episodes=episodes,
-                                scale=buffer_scale(episodes), squared_error=squared_error)
+                                scale=buffer_scale(episodes), squared_error=squared_error,
+                                return_moments=return_moments)
         metrics = {
             "prediction_error": prediction_error(g, episode_return, traj.done),
             "quality": q,
