@@ -46,7 +46,8 @@ def flat(values) -> tuple[str, ...]:
     return tuple(v for group in values for v in (group if isinstance(group, tuple) else (group,)))
 
 
-def _literal(text: str):
+def literal(text: str):
+    """An option's value from its text: an int, a float, true/false/none, else the string."""
     for cast in (int, float):
         try:
             return cast(text)
@@ -62,7 +63,7 @@ def parse_options(pairs: Sequence[str], flag: str) -> tuple[tuple[str, object], 
         if "=" not in pair:
             raise UsageError(f"{flag} must look like KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
-        out.append((key.replace("-", "_"), _literal(value)))
+        out.append((key.replace("-", "_"), literal(value)))
     return tuple(out)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
+from jaxcredit.flags import literal
 
 # The Monte-Carlo return without a baseline: the ``mc`` estimator with the critic V ≡ 0.
 REINFORCE = "reinforce"
@@ -39,15 +40,6 @@ class EstimatorSpec:
         return make_estimator(name, env=env, env_params=env_params, **dict(self.options))
 
 
-def _value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
-
-
 def parse_spec(text: str) -> EstimatorSpec:
     """Parses one spec (module docstring); raises a one-line ValueError on a malformed one."""
     label = text.strip()
@@ -55,7 +47,7 @@ def parse_spec(text: str) -> EstimatorSpec:
     for part in label.split(":"):
         if "=" in part:
             key, value = part.split("=", 1)
-            options.append((key.strip().replace("-", "_"), _value(value.strip())))
+            options.append((key.strip().replace("-", "_"), literal(value.strip())))
         elif options:
             raise ValueError(f"bad estimator spec {label!r}: {part!r} after the options; "
                              "expected NAME:KEY=VALUE:...")
