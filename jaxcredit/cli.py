@@ -214,7 +214,7 @@ def base_hparams(args) -> dict:
 
 
 def sweep_settings(args) -> tuple[list[dict], tuple[str, ...]]:
-    from jaxcredit import sweep
+    from jaxcredit.agents import sweep
 
     grid, random = flat(args.grid), flat(args.random)
     if grid and random:

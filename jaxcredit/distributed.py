@@ -1,9 +1,9 @@
 """Starting JAX's distributed runtime, so that one sweep spans several processes.
 
-A jaxcredit run places its population on a 1-D mesh over ``jax.devices()`` (``jaxcredit.sweep``).
-In one process that is the local devices; after ``jax.distributed.initialize`` it is the devices
-of every process, and the same compiled program runs on all of them, each process holding the
-members of its own devices (docs/scaling.md).
+A jaxcredit run places its population on a 1-D mesh over ``jax.devices()``
+(``jaxcredit.agents.sweep``). In one process that is the local devices; after
+``jax.distributed.initialize`` it is the devices of every process, and the same compiled program
+runs on all of them, each process holding the members of its own devices (docs/scaling.md).
 
 The runtime must start before anything else touches JAX's backends: once a device has been
 listed or an array created, the process is single-process for good. :func:`initialize` therefore

@@ -18,7 +18,7 @@ import importlib
 import inspect
 import os
 import sys
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 Factory = Union[str, Callable[..., Any]]
 
@@ -69,24 +69,33 @@ class Registry:
             raise ValueError(f"{self.kind} {name!r}: {module_name!r} has no {factory_name!r}")
         return getattr(module, factory_name)
 
-    def make(self, name: str, context: Optional[dict] = None, **options: Any) -> Any:
+    def make(self, name: str, context: Optional[Mapping[str, Any]] = None,
+             **options: Any) -> Any:
         """Builds ``name`` with keyword ``options``; bad options are a one-line ValueError.
 
-        ``context`` holds what the caller can supply (the environment, say): each entry is
-        passed only to a factory that takes a keyword of that name, unless ``options`` set it.
+        ``context`` holds what the caller can supply (the engine's: ``env``, ``env_params``,
+        ``horizon``, ``group_size``): each entry is passed to a factory that takes a keyword of
+        that name, or takes ``**kwargs``, unless ``options`` set it. This is the one way every
+        part is given its context; ``None`` entries are not passed.
         """
         factory = self.factory(name)
-        if context:
-            try:
-                accepted = inspect.signature(factory).parameters
-            except (TypeError, ValueError):
-                accepted = {}
-            options = {**{k: v for k, v in context.items()
-                          if k in accepted and k not in options}, **options}
+        options = {**takes(factory, context or {}), **options}
         try:
             return factory(**options)
         except TypeError as err:
             raise ValueError(f"{self.kind} {name!r}: bad options {options}: {err}") from None
+
+
+def takes(factory: Callable[..., Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``context`` that ``factory`` accepts as keywords (all of them if it takes
+    ``**kwargs``; none of the ``None`` ones)."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: pass nothing
+        return {}
+    takes_all = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+    return {k: v for k, v in context.items()
+            if v is not None and (takes_all or k in parameters)}
 
 
 def import_user_module(name: str):

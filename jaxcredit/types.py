@@ -40,7 +40,7 @@ class Trajectory:
       next_obs: ``[T, *batch, *obs_shape]`` s'_{t+1} (the final observation when the episode
         ended at t), where the producer keeps it (the engine does; relabelling needs it), else None.
       state: ``[T, *batch]`` int32 tabular index of s_t on environments with exact ground truth
-        (``jaxcredit.envs.tabular``), else None. Learned models never read it; exact (oracle)
+        (``jaxcredit.exact.tabular``), else None. Learned models never read it; exact (oracle)
         models and the ground-truth metrics do.
       extras: dict of ``[T, *batch]`` per-step ground truth from the environment
         (``env.step_extras``; CommandChain's ``label``, ``agrees``, ``instance``), else None.

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcredit import sweep
+from jaxcredit.agents import sweep
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.networks import ActorCritic
 from jaxcredit.plotting import forward_fill

@@ -21,9 +21,9 @@ from jaxcredit import diagnostics as D
 from jaxcredit.diagnostics import program as P
 from jaxcredit import envs
 from jaxcredit.agents import TrainConfig, make_engine
-from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams
-from jaxcredit.envs import tabular
+from jaxcredit.exact import hindsight, tabular
 from jaxcredit.estimators import cocoa as C
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators import contribution as CO
@@ -85,10 +85,10 @@ def _two_step_mdp():
 
 def test_reward_hindsight_hand_case():
     mdp = _two_step_mdp()
-    values, probs = tabular.reward_value_law(mdp)
+    values, probs = hindsight.reward_value_law(mdp)
     np.testing.assert_allclose(values, [0.0, 1.0])
     pi = jnp.full((4, 2), 0.5)
-    h = tabular.reward_hindsight(mdp, pi, 1.0, probs)  # [S, U, A]
+    h = hindsight.reward_hindsight(mdp, pi, 1.0, probs)  # [S, U, A]
     # Reward 1 only ever follows a0: p(a0 | s0, r=1) = 1. Reward 0 follows a0 (then b1) with
     # probability ½·½ and a1 with ½: p(a0 | s0, r=0) = (1/4)/(1/4 + 1/2) = 1/3.
     np.testing.assert_allclose(h[0, 1], [1.0, 0.0], atol=1e-6)
@@ -119,7 +119,7 @@ def test_cocoa_credit_with_exact_coefficients_hand_case():
     mdp = _two_step_mdp()
     gt = gt_lib.GroundTruth(mdp=lambda: mdp, horizon=2, task_metrics=lambda pi: {},
                             reward_law=None, return_plan=None,
-                            reward_values=tabular.reward_value_law(mdp))
+                            reward_values=hindsight.reward_value_law(mdp))
     pi = jnp.full((4, 2), 0.5)
     params = gt_lib.exact_model_params("reward_hindsight", gt, mdp, pi, 1.0)
     est = make_estimator("cocoa_reward", reward_values=(0.0, 1.0), model="oracle")
@@ -293,7 +293,7 @@ def test_reward_hindsight_matches_pair_counts_on_tree_mdp():
     values, probs = gt_lib.reward_value_law(env, params)
     pi = tabular.softmax_policy(0.8 * jax.random.normal(jax.random.key(3),
                                                         (mdp.num_states, mdp.num_actions)))
-    h = np.asarray(tabular.reward_hindsight(mdp, pi, 1.0, probs))
+    h = np.asarray(hindsight.reward_hindsight(mdp, pi, 1.0, probs))
 
     @jax.jit
     def sample(key):

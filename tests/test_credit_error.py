@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.agents import credit_error as CE
-from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.exact import ground_truth as gt_lib
 
 # ---------------------------------------------------------------------------------------------
 # 1. Hand cases

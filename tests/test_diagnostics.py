@@ -13,7 +13,7 @@ import pytest
 
 from jaxcredit import cli
 from jaxcredit import diagnostics as D
-from jaxcredit.envs import tabular
+from jaxcredit.exact import tabular
 
 
 def test_gradient_statistics_hand_checked():

@@ -4,7 +4,7 @@ Hand-checked layouts, sizes and returns first; then every environment is rolled 
 parallel copies (one compiled rollout per environment, reused by every check) and compared with
 its tabular MDP: the tabular transitions and rewards explain every sampled step, ``state_index``
 and the tabular observations agree with the JAX environment, and the exact value of the uniform
-policy (float64 numpy solve, independent of ``jaxcredit.envs.tabular``) matches the Monte-Carlo
+policy (float64 numpy solve, independent of ``jaxcredit.exact.tabular``) matches the Monte-Carlo
 return within five standard errors.
 """
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxcredit import envs
-from jaxcredit.envs import tabular
+from jaxcredit.exact import tabular
 from jaxcredit.envs.bitflip import BitFlip, goal_reward
 from jaxcredit.envs.grid import DelayedGridWorld, GridWorld
 from jaxcredit.envs.hca_tasks import AmbiguousBandit, DelayedEffect, Shortcut

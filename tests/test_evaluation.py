@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
-from jaxcredit.agents import ground_truth as gt
+from jaxcredit.exact import ground_truth as gt
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.envs import make as make_env
-from jaxcredit.envs import tabular
+from jaxcredit.exact import hindsight
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators import make_estimator
 from jaxcredit.networks import ActorCritic
@@ -83,7 +83,7 @@ def test_state_oracle_credit_equals_credit_from_the_dp_hindsight_table():
                                                     jax.random.key(2))
     mdp = engine.env.tabular_mdp(engine.env_params)
     pi = gt.policy_table(engine.network, state.agent.params, mdp)
-    table = jnp.log(jnp.maximum(tabular.state_hindsight(mdp, pi, 0.9), 1e-30))
+    table = jnp.log(jnp.maximum(hindsight.state_hindsight(mdp, pi, 0.9), 1e-30))
     reference = make_estimator("hca_state", model=hm.state_tabular(mdp.num_states))
     traj = window.trajectory.replace(obs=window.trajectory.state)
     expected = reference.assign({"table": table}, traj, hparams, KEY)
@@ -104,6 +104,6 @@ def test_return_oracle_matches_the_bandit_closed_form():
                                    hparams.gamma)
     twin = engine.estimator.oracle()
     log_h, weight = twin.hindsight(params, traj, hparams, KEY)
-    expected = tabular.bandit_return_hindsight(mdp, pi, traj.reward)[..., 0, :]  # s0 = 0
+    expected = hindsight.bandit_return_hindsight(mdp, pi, traj.reward)[..., 0, :]  # s0 = 0
     np.testing.assert_allclose(jnp.exp(log_h), expected, rtol=1e-5)
     np.testing.assert_allclose(weight, 1.0)

@@ -17,9 +17,9 @@ import pytest
 
 from jaxcredit import diagnostics as D
 from jaxcredit import envs
-from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams
-from jaxcredit.envs import tabular
+from jaxcredit.exact import tabular
 from jaxcredit.estimators import hca as H
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators import make_estimator

@@ -7,7 +7,7 @@ import numpy as np
 
 from jaxcredit.agents import Hparams
 from jaxcredit.envs import make as make_env
-from jaxcredit.envs import tabular
+from jaxcredit.exact import tabular
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.hca_return import model_feature
 from jaxcredit.types import Trajectory

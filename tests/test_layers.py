@@ -1,6 +1,8 @@
-"""The package's import graph has no cycles: every module's imports, at the top or inside a
-function, read as edges "A needs B", and the graph must be a DAG (a package's ``__init__`` and
-its own submodules excepted, since a package re-exporting its parts is not a dependency loop)."""
+"""The package's import graph has no cycles and goes only downward through its layers.
+
+Every module's imports, at the top or inside a function, read as edges "A needs B"; the graph
+must be a DAG (a package's ``__init__`` and its own submodules excepted, since a package
+re-exporting its parts is not a dependency loop), and no edge may go up a layer (``LAYERS``)."""
 
 from __future__ import annotations
 
@@ -98,3 +100,43 @@ def test_the_graph_sees_imports_inside_functions():
 def test_no_import_cycle_in_the_package():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# The package's layers, lowest first: a module imports only from its own layer or below (a
+# package's ``__main__`` is an entry point and may import the command line).
+LAYERS = [
+    {"types", "registry", "flags", "xla_flags", "compile_cache", "networks", "loggers", "stats",
+     "runlog", "checkpoint", "memory", "distributed", "watchdog", "plotting"},
+    {"exact"},
+    {"envs"},
+    {"estimators", "objectives", "fitting", "reward_models", "relabel", "redistribute"},
+    {"agents"},
+    {"diagnostics", "experiment", "presets"},
+    {"bench", "showcase"},
+    {"cli"},
+]
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else module
+    for level, names in enumerate(LAYERS):
+        if part in names:
+            return level
+    raise AssertionError(f"{module} belongs to no layer: add its top-level name to LAYERS")
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() if not a.endswith("__main__")
+                  for b in targets if a != "jaxcredit" and _layer(b) > _layer(a))
+
+
+def test_layer_check_on_a_hand_graph():
+    graph = {"jaxcredit.exact.tabular": {"jaxcredit.types"},
+             "jaxcredit.agents.sweep": {"jaxcredit.exact.tabular"},
+             "jaxcredit.exact.ground_truth": {"jaxcredit.agents.sweep"}}
+    assert layer_violations(graph) == ["jaxcredit.exact.ground_truth -> jaxcredit.agents.sweep"]
+
+
+def test_every_module_imports_only_downward():
+    violations = layer_violations(import_graph())
+    assert not violations, "imports that go up a layer: " + ", ".join(violations)

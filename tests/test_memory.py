@@ -5,7 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcredit import memory, runlog, sweep
+from jaxcredit import memory, runlog
+from jaxcredit.agents import sweep
 from jaxcredit.agents import TrainConfig
 from jaxcredit.agents import host_loop
 from jaxcredit.agents.host_loop import RunSpec, run_experiment

@@ -15,7 +15,7 @@ import optax
 import pytest
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
-from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.fitting import FitSchedule, adam_step, fit, init_fit_state
 from jaxcredit.networks import ActorCritic, epsilon_mixture
 from jaxcredit.types import Trajectory
@@ -161,8 +161,8 @@ def test_cocoa_hypernet_serves_every_contribution_estimator(name):
     state = engine.init(jax.random.key(0))
     hp = Hparams.create(gamma=1.0)
     traj = engine.collect(state, hp, jax.random.key(1)).trajectory
-    est = make_estimator(name, model="hypernet", hidden=16, env=engine.env,
-                         env_params=engine.env_params)
+    est = make_estimator(name, {"env": engine.env, "env_params": engine.env_params},
+                         model="hypernet", hidden=16)
     params = state.estimator.params
     grads = jax.grad(lambda p: est.loss(p, traj, hp, jax.random.key(2))[0])(params)
     assert float(optax.global_norm(grads)) > 0

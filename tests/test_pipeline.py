@@ -43,8 +43,8 @@ def reward_offset() -> redistribute.Redistributor:
         value = jnp.mean((trajectory.reward - params["b"]) ** 2)
         return value, {"offset": params["b"]}
 
-    def apply(params, trajectory, key):
-        return trajectory.replace(reward=trajectory.reward - params["b"])
+    def apply(params, trajectory, key, memory):  # memory: None (no init_memory)
+        return trajectory.replace(reward=trajectory.reward - params["b"]), memory, {}
 
     return redistribute.Redistributor(name="reward_offset", redistribute=apply,
                                       init=lambda key, example: {"b": jnp.zeros(())},
@@ -163,3 +163,46 @@ def test_oracle_needs_ground_truth_and_gamma_one():
 def test_continuous_actions_are_refused_in_one_line():
     with pytest.raises(ValueError, match="need discrete actions"):
         make_engine(TrainConfig(env="Pendulum-v1"))
+
+
+def test_every_registry_hands_the_engine_context_one_way():
+    """``Registry.make``: a context entry reaches a factory that names it or takes ``**kwargs``,
+    None entries never, options win over the context, and options stay strict."""
+    from jaxcredit.registry import Registry
+
+    seen = {}
+
+    def named(env, horizon=None):
+        seen["named"] = (env, horizon)
+        return "named"
+
+    def catch_all(**kwargs):
+        seen["catch_all"] = kwargs
+        return "catch_all"
+
+    table = Registry("part", {"named": named, "catch_all": catch_all})
+    context = {"env": "E", "horizon": None, "group_size": 4}
+    assert table.make("named", context) == "named"
+    assert seen["named"] == ("E", None)
+    table.make("catch_all", context, k=1)
+    assert seen["catch_all"] == {"env": "E", "group_size": 4, "k": 1}
+    table.make("named", context, env="mine")
+    assert seen["named"] == ("mine", None)
+    with pytest.raises(ValueError, match="bad options"):
+        table.make("named", context, unknown=1)
+
+    # The engine's context reaches a user's redistributor with **kwargs: its horizon is the
+    # environment's time limit (CartPole: 500).
+    def offset(**context):
+        seen["offset"] = context
+
+        def apply(params, trajectory, key, memory):
+            return trajectory, memory, {"horizon": jnp.float32(context["horizon"])}
+
+        return redistribute.Redistributor(name="offset", redistribute=apply)
+
+    redistribute.register("context_probe", offset)
+    config = TrainConfig(algo="a2c", redistribute="context_probe", **TINY)
+    _, metrics = jax.jit(make_engine(config).train)(KEY, Hparams.create())
+    assert set(seen["offset"]) >= {"env", "env_params", "horizon", "group_size"}
+    np.testing.assert_array_equal(metrics["redistribute/horizon"], 500.0)

@@ -326,18 +326,19 @@ def test_prm_oracle_step_rewards_on_a_hand_window():
     # Right, wrong, consistent after the error; outcome 0.
     traj = _window(env, [5, 4, 3], jnp.zeros((3, 1)))
     stage = make_redistributor("prm", model="oracle", env=env)
-    new, metrics = stage.redistribute({}, traj, jax.random.PRNGKey(0))
+    new, _, metrics = stage.redistribute({}, traj, jax.random.PRNGKey(0), None)
     np.testing.assert_allclose(new.reward[:, 0], [0.0, -1 / 3, 0.0])
     assert float(metrics["correct_step_rate"]) == pytest.approx(1 / 3)     # labels ✓ ✗ ·
     assert float(metrics["consistent_step_rate"]) == pytest.approx(2 / 3)  # 4 − 1 = 3 follows
     # mul_as_add: the × read as + (5 + 4 = 2) is rewarded, the right product 6 is punished.
     biased = make_redistributor("prm", model="oracle", labeller="mul_as_add", env=env)
-    new, metrics = biased.redistribute({}, _window(env, [5, 6, 5], jnp.array([[0.], [0.], [1.]])),
-                                       None)
+    new, _, metrics = biased.redistribute(
+        {}, _window(env, [5, 6, 5], jnp.array([[0.], [0.], [1.]])), None, None)
     np.testing.assert_allclose(new.reward[:, 0], [0.0, -1 / 3, 0.0])
     assert float(metrics["grader_accuracy"]) == pytest.approx(2 / 3)
     keep = make_redistributor("prm", model="oracle", outcome="keep", env=env)
-    new, _ = keep.redistribute({}, _window(env, [5, 6, 5], jnp.array([[0.], [0.], [1.]])), None)
+    new, _, _ = keep.redistribute({}, _window(env, [5, 6, 5], jnp.array([[0.], [0.], [1.]])),
+                                  None, None)
     np.testing.assert_allclose(new.reward[:, 0], [0.0, 0.0, 1.0])
 
 

@@ -1,5 +1,5 @@
-"""The law of the return on a grid (jaxcredit.envs.return_law): a hand-checked case, equality with
-the dense ``tabular.return_distribution`` where that is exact, moments against dynamic programming,
+"""The law of the return on a grid (jaxcredit.exact.return_law): a hand-checked case, equality with
+the dense ``return_distribution`` where that is exact, moments against dynamic programming,
 the Gaussian hindsight against AmbiguousBandit's closed form, and Monte-Carlo checks."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcredit.envs import return_law as rl
-from jaxcredit.envs import tabular
+from jaxcredit.exact import hindsight, return_grid, tabular
+from jaxcredit.exact import return_law as rl
 from jaxcredit.envs.hca_tasks import AmbiguousBandit, DelayedEffect, Shortcut
 from jaxcredit.envs.key_to_door import OPEN_DOOR, PICK_KEY, KeyToDoor
 from jaxcredit.envs.tree_mdp import TreeMDP
@@ -42,7 +42,7 @@ def test_shortcut_three_states_by_hand():
     h(short | 0, z = 0) = .5 / .55 = 10/11."""
     mdp = Shortcut(3).tabular_mdp()
     pi = tabular.uniform_policy(mdp)
-    plan = rl.plan_return_grid(mdp, horizon=3)
+    plan = return_grid.plan_return_grid(mdp, horizon=3)
     # Returns lie in [−1, 0]; one spare atom on each side.
     np.testing.assert_array_equal(plan.support, [-2.0, -1.0, 0.0, 1.0])
     assert (plan.zero_index, plan.schedule, plan.reward_kind) == (2, "levels", "deterministic")
@@ -80,14 +80,14 @@ def test_equals_return_distribution_when_deterministic(case):
         mdp, horizon = env.tabular_mdp(), 3
     # Both schedules where both are exact (the tree: levels only, to keep the file fast).
     schedules = {"shortcut_truncated": ["sweep"], "tree": ["levels"]}.get(case, ["levels", "sweep"])
-    plans = [rl.plan_return_grid(mdp, horizon, schedule=s) for s in schedules]
+    plans = [return_grid.plan_return_grid(mdp, horizon, schedule=s) for s in schedules]
     # A horizon shorter than the episodes truncates them: only the sweep does that.
-    assert rl.plan_return_grid(mdp, horizon).schedule == schedules[0]
+    assert return_grid.plan_return_grid(mdp, horizon).schedule == schedules[0]
     support = jnp.asarray(plans[0].support)
     for seed in range(2):
         pi = random_pi(jax.random.PRNGKey(seed), mdp, scale=1.5)
-        ref_sa, ref_s = tabular.return_distribution(mdp, pi, support, horizon)
-        # tabular.return_hindsight's table [S, Z, A], from the same law (one compile less).
+        ref_sa, ref_s = hindsight.return_distribution(mdp, pi, support, horizon)
+        # hindsight.return_hindsight's table [S, Z, A], from the same law (one compile less).
         joint = np.asarray(pi)[:, :, None] * np.asarray(ref_sa)
         ref_s_np = np.asarray(ref_s)[:, None, :]
         ref_h = np.where(ref_s_np > 1e-12, joint / np.where(ref_s_np > 1e-12, ref_s_np, 1.0),
@@ -120,10 +120,10 @@ def test_key_to_door_law_moments_schedules_and_budget():
     env = KeyToDoor(23)
     mdp = env.tabular_mdp()
     law = env.reward_law()
-    plan = rl.plan_return_grid(mdp, env.length, law)
+    plan = return_grid.plan_return_grid(mdp, env.length, law)
     # The sweep schedule with the law given as [S, A, S, J] (the reward given s' too, here the
     # same law since transitions are deterministic) computes the same law.
-    sweep = rl.plan_return_grid(mdp, env.length, law, schedule="sweep")
+    sweep = return_grid.plan_return_grid(mdp, env.length, law, schedule="sweep")
     # Step = the low apple reward 0.1 (0.9 and 0.2 are multiples); returns from 0 to
     # 16 · 0.9 + 0.2 = 14.6, i.e. 146 steps, plus the spare atoms.
     assert plan.schedule == "levels" and plan.reward_kind == "discrete"
@@ -149,7 +149,7 @@ def test_key_to_door_law_moments_schedules_and_budget():
         _, var_skip = moments(p_sa[2, 0], support)
         np.testing.assert_allclose(var - var_skip, 0.16, atol=1e-3)
     with pytest.raises(ValueError, match="max_atoms"):
-        rl.plan_return_grid(mdp, env.length, law, max_atoms=100)
+        return_grid.plan_return_grid(mdp, env.length, law, max_atoms=100)
     with pytest.raises(ValueError, match="reward_law"):
         rl.return_law(mdp, pi, plan)
 
@@ -185,7 +185,7 @@ def test_key_to_door_monte_carlo_law_and_hindsight():
     env = KeyToDoor(8)
     mdp = env.tabular_mdp()
     law = env.reward_law()
-    plan = rl.plan_return_grid(mdp, env.length, law)
+    plan = return_grid.plan_return_grid(mdp, env.length, law)
     support = jnp.asarray(plan.support)
     pi = key_to_door_policy(env, jax.random.PRNGKey(3))
     p_sa, p_s = rl.return_law(mdp, pi, plan, law)
@@ -225,7 +225,7 @@ def test_ambiguous_bandit_hindsight_close_to_closed_form():
     the ratio h keeps less than 1% (3e-3 at most, measured)."""
     mdp = AmbiguousBandit().tabular_mdp()
     pi = jnp.array([[0.3, 0.7], [0.5, 0.5], [0.5, 0.5]])
-    plan = rl.plan_return_grid(mdp, horizon=0)
+    plan = return_grid.plan_return_grid(mdp, horizon=0)
     assert plan.reward_kind == "gaussian" and plan.noise == "grid"
     np.testing.assert_allclose(plan.step, 1.0 / 3.0)
     p_sa, p_s = rl.return_law(mdp, pi, plan)
@@ -236,11 +236,11 @@ def test_ambiguous_bandit_hindsight_close_to_closed_form():
     np.testing.assert_allclose(var, [2.34, 2.34], atol=1e-4)
     z = jnp.linspace(-3.0, 6.0, 37) + 0.01  # mostly between grid points
     h = rl.return_hindsight_at(p_sa, p_s, pi, support, jnp.zeros(z.shape, jnp.int32), z)
-    closed = tabular.bandit_return_hindsight(mdp, pi, z)[:, 0]
+    closed = hindsight.bandit_return_hindsight(mdp, pi, z)[:, 0]
     np.testing.assert_allclose(h, closed, atol=5e-3)
     # Gauss–Hermite atoms: mean exact, variance exact up to the interpolation's f(1 − f)·step²
     # (≤ step²/4); but the law is a comb of 7 spikes per arm, so h between them is far off.
-    hermite = rl.plan_return_grid(mdp, horizon=0, noise="hermite", noise_points=7)
+    hermite = return_grid.plan_return_grid(mdp, horizon=0, noise="hermite", noise_points=7)
     p_gh, _ = rl.return_law(mdp, pi, hermite)
     mean_gh, var_gh = moments(p_gh[0], support)
     np.testing.assert_allclose(mean_gh, [1.9, 1.1], atol=1e-5)
@@ -254,7 +254,7 @@ def test_delayed_effect_gaussian_law_traced_sigma_and_monte_carlo():
     params = env.default_params.replace(sigma=0.5)
     mdp = env.tabular_mdp(params)
     pi = random_pi(jax.random.PRNGKey(5), mdp)
-    plan = rl.plan_return_grid(mdp, params.max_steps_in_episode)
+    plan = return_grid.plan_return_grid(mdp, params.max_steps_in_episode)
     assert plan.schedule == "levels" and plan.step <= 0.5 / 4
     support = jnp.asarray(plan.support)
     p_sa, p_s = rl.return_law(mdp, pi, plan)

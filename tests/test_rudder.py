@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams, TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.envs import make as make_env

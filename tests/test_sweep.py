@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcredit import sweep
+from jaxcredit.agents import sweep
 
 
 def test_grid_is_cartesian_product_last_axis_fastest():
@@ -62,7 +62,7 @@ def test_indivisible_population_error_message():
 
 SCRIPT = textwrap.dedent("""
     import json, jax, numpy as np
-    from jaxcredit import sweep
+    from jaxcredit.agents import sweep
     from jaxcredit.agents import TrainConfig, make_engine
     assert len(jax.devices()) == 4, jax.devices()
     # No evaluation: smaller programs to compile (the sharding is what is checked).

@@ -1,4 +1,4 @@
-"""Exact ground truth (jaxcredit.envs.tabular): hand-checked values, identities, float64 references
+"""Exact ground truth (jaxcredit.exact.tabular): hand-checked values, identities, float64 references
 and Monte-Carlo checks of the sampler."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcredit.envs import tabular
+from jaxcredit.exact import hindsight, tabular
 from jaxcredit.envs.grid import GridWorld
 from jaxcredit.envs.hca_tasks import AmbiguousBandit, DelayedEffect, Shortcut
 
@@ -91,7 +91,7 @@ def test_ambiguous_bandit_closed_forms():
     np.testing.assert_allclose(tabular.advantages(mdp, pi, 1.0)[0], [0.4, -0.4], atol=1e-6)
     # The ambiguous bandit (Harutyunyan et al. 2019): h(HI | z) and the ratios π/h.
     z = jnp.array([-1.0, 0.0, 1.0, 1.5, 2.0, 3.0, 4.0])
-    h = tabular.bandit_return_hindsight(mdp, pi, z)[:, 0]  # [Z, A] at the start state
+    h = hindsight.bandit_return_hindsight(mdp, pi, z)[:, 0]  # [Z, A] at the start state
     np.testing.assert_allclose(h[:, 0], [0.2981, 0.3714, 0.4557, 0.5, 0.5443, 0.6286, 0.7019],
                                atol=1e-4)
     np.testing.assert_allclose(0.5 / h[:, 0], [1.6771, 1.3463, 1.0971, 1.0, 0.9187, 0.7954,
@@ -108,7 +108,7 @@ def test_ambiguous_bandit_return_hca_recovers_advantage():
     batch = tabular.sample_episodes(mdp, pi, jax.random.PRNGKey(0), 200_000, 2)
     assert batch.terminated[0].all() and not batch.valid[1].any()
     z, a = batch.reward[0], batch.action[0]
-    h = tabular.bandit_return_hindsight(mdp, pi, z)[:, 0]
+    h = hindsight.bandit_return_hindsight(mdp, pi, z)[:, 0]
     h_taken = jnp.take_along_axis(h, a[:, None], 1)[:, 0]
     weighted = np.asarray((1.0 - 0.5 / h_taken) * z)
     a = np.asarray(a)
@@ -181,7 +181,7 @@ def test_delayed_effect_long_chain_values_and_hindsight():
     pi = random_pi(jax.random.PRNGKey(2), mdp)
     q = tabular.action_values(mdp, pi, gamma)
     np.testing.assert_allclose(q[0, 0] - q[0, 1], 2 * gamma**n, rtol=1e-4)
-    h = tabular.state_hindsight(mdp, pi, gamma)
+    h = hindsight.state_hindsight(mdp, pi, gamma)
     np.testing.assert_allclose(jnp.sum(h, -1), 1.0, atol=1e-5)
     # The final state reveals the first action; a middle state of branch b reveals b.
     final0, final1 = 2 * n + 1, 2 * n + 2
@@ -201,7 +201,7 @@ def test_state_hindsight_identity(make_env):
     mdp = env.tabular_mdp(env.default_params)
     gamma = 0.9
     pi = random_pi(jax.random.PRNGKey(4), mdp)
-    h = tabular.state_hindsight(mdp, pi, gamma)
+    h = hindsight.state_hindsight(mdp, pi, gamma)
     np.testing.assert_allclose(jnp.sum(h, -1), 1.0, atol=1e-5)
     d_future = jnp.einsum("sa,sat->st", pi, tabular.future_occupancy(mdp, pi, gamma))
     r_pi = jnp.sum(pi * mdp.reward, -1)
@@ -215,13 +215,13 @@ def test_return_hindsight_shortcut_exact_and_monte_carlo():
     mdp = env.tabular_mdp()
     pi = random_pi(jax.random.PRNGKey(5), mdp)
     support = jnp.arange(-6.0, 3.0)
-    p_sa, p_s = tabular.return_distribution(mdp, pi, support, horizon=8)
+    p_sa, p_s = hindsight.return_distribution(mdp, pi, support, horizon=8)
     np.testing.assert_allclose(jnp.sum(p_sa, -1)[:4], 1.0, atol=1e-6)
     # Mean of the return distribution = Q with γ = 1.
     np.testing.assert_allclose(p_sa @ support, tabular.action_values(mdp, pi, 1.0), atol=1e-5)
     # Hand value: the shortcut from 0 returns exactly 0.
     np.testing.assert_allclose(p_sa[0, 0], (support == 0).astype(np.float32))
-    h = tabular.return_hindsight(mdp, pi, support, horizon=8)  # [S, Z, A]
+    h = hindsight.return_hindsight(mdp, pi, support, horizon=8)  # [S, Z, A]
     np.testing.assert_allclose(jnp.sum(h, -1), 1.0, atol=1e-6)
     # Monte Carlo: P(A_0 = a | Z = z) from sampled episodes.
     batch = tabular.sample_episodes(mdp, pi, jax.random.PRNGKey(6), 100_000, 6)

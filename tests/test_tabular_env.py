@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from jaxcredit import envs
-from jaxcredit.envs import tabular, wrappers
+from jaxcredit.envs import wrappers
+from jaxcredit.exact import tabular
 from jaxcredit.envs.grid import DelayedGridWorld, GridWorld
 from jaxcredit.envs.hca_tasks import AmbiguousBandit, DelayedEffect, Shortcut
 from jaxcredit.envs.key_to_door import OPEN_DOOR, PICK_KEY, KeyToDoor
-from jaxcredit.envs.tabular_env import GROUND_TRUTH_ATTRIBUTES, TabularEnv, has_ground_truth
+from jaxcredit.envs.tabular_env import GROUND_TRUTH_ATTRIBUTES, TabularEnv
+from jaxcredit.exact.tabular import has_ground_truth
 from jaxcredit.envs.tree_mdp import TreeMDP
 
 

@@ -132,7 +132,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
     horizon = episode_horizon(env_params)
     relabeller = None
     if config.relabel:
-        relabeller = make_relabeller(config.relabel, env=env, horizon=horizon,
+        relabeller = make_relabeller(config.relabel, context={"env": env, "horizon": horizon},
                                      **dict(config.relabel_options))
     past = relabeller.past if relabeller else 0
     future = relabeller.future if relabeller else 0

@@ -1,8 +1,8 @@
 """The host loop: a run as a few compiled chunks, with progress, metrics and checkpoints between.
 
-``run_experiment`` trains a population (settings × seeds, ``jaxcredit.sweep``) for the config's
-updates, split into chunks of ``ceil(U / num_chunks)`` updates (at most two chunk lengths, so at
-most two compiles). After each chunk, on the host:
+``run_experiment`` trains a population (settings × seeds, ``jaxcredit.agents.sweep``) for the
+config's updates, split into chunks of ``ceil(U / num_chunks)`` updates (at most two chunk
+lengths, so at most two compiles). After each chunk, on the host:
 
 1. the chunk's per-update metrics are written to ``metrics/`` (one Parquet file per chunk);
 2. the whole population train state is checkpointed with orbax (params, optimiser state,
@@ -45,7 +45,8 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from jaxcredit import loggers as jaxlog
-from jaxcredit import distributed, memory, plotting, runlog, stats, sweep
+from jaxcredit import distributed, memory, plotting, runlog, stats
+from jaxcredit.agents import sweep
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.checkpoint import Checkpointer
@@ -153,7 +154,7 @@ def headline_metric(metric_names) -> str:
 
 
 def check_oracle_settings(engine, settings) -> None:
-    """An exact return-hindsight oracle is exact only for γ = 1 (``agents.ground_truth``)."""
+    """An exact return-hindsight oracle is exact only for γ = 1 (``exact.ground_truth``)."""
     estimator = getattr(engine, "estimator", None)
     if estimator is None:
         return

@@ -35,7 +35,6 @@ updates that end an evaluation block and NaN elsewhere.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any, Callable, Optional
 
 import jax
@@ -43,22 +42,22 @@ import jax.numpy as jnp
 import optax
 
 from jaxcredit.agents import credit_error
-from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.rollout import Transitions, reset_groups, reset_runner, rollout
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
-                                   episode_horizon, make_environment, strong)
+                                   make_environment, strong)
+from jaxcredit.agents.stages import exact_twin, make_stages
 from jaxcredit.agents.state import AgentState, TrainState, Window
-from jaxcredit.envs import tabular
+from jaxcredit.exact import tabular
 from jaxcredit.envs.goals import success_fn
-from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state, pretrain
 from jaxcredit.networks import ActorCritic
-from jaxcredit.objectives import Objective, PolicyOutputs, losses, make_objective
+from jaxcredit.objectives import Objective, PolicyOutputs, losses
 from jaxcredit.redistribute import Redistributor
-from jaxcredit.relabel import Relabeller, make_relabeller
+from jaxcredit.relabel import Relabeller
 from jaxcredit.agents.credit_scores import step_label_scores
 from jaxcredit.agents.dqn import make_dqn_engine
 from jaxcredit.types import Credit, Trajectory
@@ -119,22 +118,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return make_dqn_engine(config, env, env_params)
     env, env_params = make_environment(config, env, env_params)
     num_actions = discrete_actions(env, env_params, config.env)
-    objective = _make_objective(config)
-    estimator = make_estimator(config.estimator, env=env, env_params=env_params,
-                               group_size=config.group_size, **config.estimator_kwargs)
+    stages = make_stages(config, env, env_params)
+    objective, estimator = stages.objective, stages.estimator
+    relabeller, redistributor = stages.relabeller, stages.redistributor
     episodic = estimator.episode_windows or config.group_size > 1
-    if episodic:
-        _check_episode_windows(config, env, env_params, estimator)
-    relabeller = (make_relabeller(config.relabel, env=env,
-                                  horizon=episode_horizon(env_params),
-                                  **dict(config.relabel_options))
-                  if config.relabel else None)
-    if relabeller is not None and relabeller.needs_replay:
-        raise ValueError(f"relabel stage {config.relabel!r} relabels replayed transitions and "
-                         f"needs the off-policy learner (--algo dqn): a policy gradient on "
-                         f"relabelled goals would be off-policy")
-    redistributor = (_make_redistributor(config, env, episode_horizon(env_params))
-                     if config.redistribute else None)
     ground_truth = gt_lib.make_ground_truth(
         env, env_params, need_return_law=estimator.exact_model == "return_hindsight",
         need_reward_values=estimator.exact_model == "reward_hindsight")
@@ -145,12 +132,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     if ground_truth is None and gt_lib.has_undelayed_truth(env):
         reference = gt_lib.make_ground_truth(env.undelayed, env_params, False)
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
-    exact_twin = _exact_twin(estimator, ground_truth, config)
+    twin = exact_twin(estimator, ground_truth, config)
     burn_in, pretrain_steps = config.burn_in_updates, config.estimator_pretrain_steps
-    if pretrain_steps and (not estimator.learned or estimator.pretrain_loss is None):
-        raise ValueError(f"estimator {config.estimator!r} has no part to pretrain "
-                         f"(estimator_pretrain_steps={pretrain_steps}); cocoa_feature with "
-                         f"features=pretrain has")
     if redistributor is not None and redistributor.exact_model and reference is None:
         raise ValueError(f"redistribute stage {config.redistribute!r} with model=oracle needs an "
                          f"environment with exact ground truth; {config.env!r} has none")
@@ -290,14 +273,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         if redistributor.exact_model:
             rd_params = gt_lib.exact_redistribution_params(redistributor.exact_model,
                                                            reference.mdp(), pi)
-        if redistributor.init_memory is not None:
-            traj, memory, rd_metrics = redistributor.redistribute(rd_params, traj, key,
-                                                                  rd_state.memory)
-            return traj, rd_state.replace(memory=memory), rd_metrics
-        traj = redistributor.redistribute(rd_params, traj, key)
-        if isinstance(traj, tuple):  # (trajectory, metrics)
-            return traj[0], rd_state, traj[1]
-        return traj, rd_state, {}
+        traj, memory, rd_metrics = redistributor.redistribute(rd_params, traj, key,
+                                                              rd_state.memory)
+        return traj, rd_state.replace(memory=memory), rd_metrics
 
     def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
         rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
@@ -405,7 +383,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         (``jaxcredit.agents.credit_error``); ``pi`` is the behaviour table."""
         params = state.agent.params
         fitted = estimator.assign(state.estimator.params, traj, hparams, key).advantage
-        oracle = exact_twin.assign(exact, traj, hparams, key).advantage
+        oracle = twin.assign(exact, traj, hparams, key).advantage
         mdp = ground_truth.mdp()
         decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma))
         metrics = credit_error.credit_error(fitted, oracle, traj.action, decisive[traj.state])
@@ -421,10 +399,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         metrics["grad_cos_fitted"] = credit_error.tree_cosine(g_fitted, exact_gradient)
         metrics["grad_cos_oracle"] = credit_error.tree_cosine(g_oracle, exact_gradient)
         metrics["grad_cos_to_oracle"] = credit_error.tree_cosine(g_fitted, g_oracle)
-        if estimator.credit_ratio is not None and exact_twin.credit_ratio is not None:
+        if estimator.credit_ratio is not None and twin.credit_ratio is not None:
             # ρ = π/h at the actions taken: divided (hca_return) or learned (hca_dice).
             error = (estimator.credit_ratio(state.estimator.params, traj, hparams)
-                     - exact_twin.credit_ratio(exact, traj, hparams))
+                     - twin.credit_ratio(exact, traj, hparams))
             metrics["ratio_rmse_to_exact"] = jnp.sqrt(jnp.mean(error ** 2))
         return metrics
 
@@ -443,7 +421,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             pi = gt_lib.policy_table(network, state.agent.params, mdp, behaviour=False)
             metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
             metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
-        if reference is None or (exact_twin is None and redistributor is None):
+        if reference is None or (twin is None and redistributor is None):
             return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
         # The diagnostics against the exact model run here, at evaluation points only, on a
         # held-out window of the current policy (not used for training): the stages as they
@@ -455,10 +433,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             metrics.update({f"redistribute/{k}": v for k, v in gt_lib.redistribution_quality(
                 reference.mdp(), behaviour, hparams.gamma, traj.state, traj.action,
                 new.reward).items()})
-        if exact_twin is not None:
+        if twin is not None:
             log_h, weight = estimator.hindsight(state.estimator.params, traj, hparams, pair_key)
             exact = exact_params(behaviour, hparams, estimator.exact_model)
-            log_exact, _ = exact_twin.hindsight(exact, traj, hparams, pair_key)
+            log_exact, _ = twin.hindsight(exact, traj, hparams, pair_key)
             metrics["estimator/kl_to_exact"] = gt_lib.kl_divergence(log_exact, log_h, weight)
             metrics.update({f"credit/{k}": v for k, v in credit_error_metrics(
                 state, traj, hparams, exact, behaviour, credit_key).items()})
@@ -471,34 +449,6 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                   evaluate=evaluate)
 
 
-def _check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
-                           estimator: Estimator) -> None:
-    """Episodic credit (group baselines, belief credit) needs every window to be one whole
-    episode: a fixed episode length equal to num_steps, and instances to share for groups."""
-    horizon = episode_horizon(env_params)
-    what = (f"estimator {config.estimator!r}" if estimator.episode_windows
-            else f"group_size={config.group_size}")
-    if horizon is None:
-        raise ValueError(f"{what} reads each window as one whole episode and "
-                         f"{config.env!r} states no episode length")
-    if horizon != config.num_steps:
-        raise ValueError(f"{what} reads each window as one whole episode: set --num-steps "
-                         f"{horizon} (the episode length), got {config.num_steps}")
-    if config.group_size > 1 and not hasattr(env, "reset_to_instance"):
-        raise ValueError(f"group_size={config.group_size} needs an environment with task "
-                         f"instances to share (sample_instance / reset_to_instance, e.g. "
-                         f"CommandChain); {config.env!r} has none")
-
-
-def _make_redistributor(config: TrainConfig, env: Any, horizon: Optional[int]) -> Redistributor:
-    """The redistribute stage, given the environment and its time limit where its factory takes
-    them."""
-    from jaxcredit.redistribute import REDISTRIBUTORS  # noqa: PLC0415
-
-    return REDISTRIBUTORS.make(config.redistribute, context={"env": env, "horizon": horizon},
-                               **dict(config.redistribute_options))
-
-
 def _trajectory(tr: Transitions) -> Trajectory:
     """The acting record as a Trajectory (values are filled in after relabelling)."""
     zeros = jnp.zeros_like(tr.reward)
@@ -506,46 +456,3 @@ def _trajectory(tr: Transitions) -> Trajectory:
         obs=tr.obs, action=tr.action, reward=tr.reward, terminated=tr.terminated,
         truncated=tr.truncated, value=zeros, next_value=zeros, log_prob=tr.log_prob,
         logits=tr.logits, next_obs=tr.final_obs, state=tr.state, extras=tr.extras)
-
-
-def _make_objective(config: TrainConfig) -> Objective:
-    """The objective, given the config's critic / advantage / value-clip settings where its
-    factory takes them (a user's objective need not)."""
-    from jaxcredit.objectives import OBJECTIVES  # noqa: PLC0415
-
-    factory = OBJECTIVES.factory(config.objective)
-    try:
-        accepted = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        accepted = {}
-    settings = {"critic": config.critic, "normalize_advantage": config.normalize_advantage,
-                "clip_value_loss": config.clip_value_loss}
-    takes_all = any(p.kind == p.VAR_KEYWORD for p in accepted.values())
-    return make_objective(config.objective, **{k: v for k, v in settings.items()
-                                               if takes_all or k in accepted})
-
-
-def _exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optional[Estimator]:
-    """The exact-model twin of a learned estimator, for ``estimator/kl_to_exact`` (else None).
-
-    Also rejects an oracle estimator where no exact model can be computed.
-    """
-    if estimator.is_oracle:
-        if ground_truth is None:
-            raise ValueError(f"estimator {estimator.name!r} with model='oracle' needs an "
-                             f"environment with exact ground truth; {config.env!r} has none")
-        if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
-            raise ValueError(f"no exact return hindsight on {config.env!r}: "
-                             f"{ground_truth.return_error}")
-        if estimator.exact_model == "reward_hindsight" and ground_truth.reward_values is None:
-            raise ValueError(f"no exact reward hindsight on {config.env!r}: "
-                             f"{ground_truth.reward_values_error}")
-        return None
-    if (not config.eval_every or not estimator.learned or estimator.oracle is None
-            or estimator.hindsight is None or ground_truth is None):
-        return None
-    if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
-        return None
-    if estimator.exact_model == "reward_hindsight" and ground_truth.reward_values is None:
-        return None
-    return estimator.oracle()

@@ -348,8 +348,9 @@ def estimator_races(args: TrainBench, specs: tuple[EstimatorSpec, ...], fit_step
     # Estimators that read the environment (cocoa_reward's reward values) are given it, as in
     # the engine.
     env, env_params = envs.make(args.env, **dict(env_options))
-    learned = {s.label: make_estimator(s.name, env=env, env_params=env_params,
-                                       **dict(s.options)).learned for s in specs}
+    context = {"env": env, "env_params": env_params}
+    learned = {s.label: make_estimator(s.name, context, **dict(s.options)).learned
+               for s in specs}
     title = (f"A2C {args.env}, {num_envs} envs x {num_steps} steps, "
              f"{args.estimator_updates} updates"
              + (f", {args.estimator_seeds} seeds vmapped" if args.estimator_seeds > 1 else ""))
@@ -449,7 +450,7 @@ def check(args: TrainBench) -> Checked:
     env_options = parse_options(flat(args.env_options), "--env-option")
     env, env_params = envs.make(args.env, **dict(env_options))  # unknown environment or option
     for spec in specs:  # unknown name or bad option
-        make_estimator(spec.name, env=env, env_params=env_params, **dict(spec.options))
+        make_estimator(spec.name, {"env": env, "env_params": env_params}, **dict(spec.options))
     return Checked(hparams, specs, fit_steps, env_options, *check_redistributors(args))
 
 

@@ -14,7 +14,7 @@ Exact models come the engine's way: an estimator declares the model it approxima
 (``estimator.exact_model``: ``"state_hindsight"``, ``"return_hindsight"`` or
 ``"reward_hindsight"``), its twin built with
 ``model="oracle"`` reads the tabular state (``Trajectory.state``), and its parameters are the DP
-tables of the current policy from ``jaxcredit.agents.ground_truth.exact_model_params``. An oracle
+tables of the current policy from ``jaxcredit.exact.ground_truth.exact_model_params``. An oracle
 can also be asked for by name, e.g. ``hca_return:model=oracle``. The exact return hindsight is
 that of the undiscounted return (γ = 1) and needs the law of the return on a grid, which
 ``make_ground_truth`` plans for deterministic, discrete and Gaussian rewards alike; it is refused
@@ -36,12 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcredit import envs
-from jaxcredit.agents import ground_truth as gt_lib
+from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams
 from jaxcredit.diagnostics.credit_map import credit_map
 from jaxcredit.diagnostics.gradients import gradient_statistics, per_trajectory_gradients
 from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
-from jaxcredit.envs import tabular
+from jaxcredit.exact import tabular
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.fitting import FitSchedule, fit, init_fit_state
 from jaxcredit.types import Trajectory

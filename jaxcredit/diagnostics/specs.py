@@ -37,7 +37,8 @@ class EstimatorSpec:
         """The estimator (``reinforce`` is ``mc``), given the environment where its factory
         takes it; a one-line ValueError on a bad name or option."""
         name = "mc" if self.name == REINFORCE else self.name
-        return make_estimator(name, env=env, env_params=env_params, **dict(self.options))
+        return make_estimator(name, context={"env": env, "env_params": env_params},
+                              **dict(self.options))
 
 
 def parse_spec(text: str) -> EstimatorSpec:

@@ -271,7 +271,7 @@ class KeyToDoor(TabularEnv, environment.Environment[KeyToDoorState, KeyToDoorPar
         )
 
     def _tabular_arrays(self, params: KeyToDoorParams | None = None) -> dict[str, jax.Array]:
-        """Arguments of ``jaxcredit.envs.tabular.make_tabular_mdp``, jittable in params.
+        """Arguments of ``jaxcredit.exact.tabular.make_tabular_mdp``, jittable in params.
 
         Built from the layout with plain numpy, independently of ``step_env``, so that tests can
         check one against the other. Apple rewards enter as mean and std of their two-point

@@ -6,7 +6,7 @@ An environment with a finite state space mixes in :class:`TabularEnv` and writes
 * ``state_index(state) -> int32``: the tabular index of an environment state (jittable,
   elementwise over batch dimensions);
 * ``_tabular_arrays(params) -> dict``: the keyword arguments of
-  :func:`jaxcredit.envs.tabular.make_tabular_mdp` (jittable in ``params``).
+  :func:`jaxcredit.exact.tabular.make_tabular_mdp` (jittable in ``params``).
 
 It then gets ``tabular_mdp(params=None)``: one compiled program per environment instance (building
 the tensors op by op would cost one compilation per op and shape), which also works when
@@ -24,7 +24,8 @@ defaults:
 Wrappers that do not change the reward process (``TimeLimit``, ``EpisodeStats``,
 ``FlattenObservation``) forward all of this to the inner environment; ``DelayedReward`` hides it
 (the reward then depends on the history, so the inner MDP is not its ground truth).
-:func:`has_ground_truth` says whether an environment (wrapped or not) exposes it.
+:func:`jaxcredit.exact.tabular.has_ground_truth` says whether an environment (wrapped or not)
+exposes it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import jax
 
-from jaxcredit.envs.tabular import TabularMDP, make_tabular_mdp
+from jaxcredit.exact.tabular import TabularMDP, make_tabular_mdp
 
 Array = jax.Array
 
@@ -83,10 +84,3 @@ def _tabular_mdp(env: TabularEnv, params: Any) -> TabularMDP:
     # One compiled program per environment instance; inlined when called under a trace.
     return make_tabular_mdp(**env._tabular_arrays(params))
 
-
-def has_ground_truth(env: Any) -> bool:
-    """True if ``env`` (possibly wrapped) exposes ``tabular_mdp`` and ``state_index``."""
-    try:
-        return callable(getattr(env, "tabular_mdp")) and callable(getattr(env, "state_index"))
-    except AttributeError:
-        return False

@@ -292,7 +292,7 @@ class TaskInterleaving(
         return jnp.where(state.terminated, structure["num_states"] - 1, index).astype(jnp.int32)
 
     def _tabular_arrays(self, params: TaskInterleavingParams | None = None) -> dict[str, jax.Array]:
-        """Arguments of ``jaxcredit.envs.tabular.make_tabular_mdp``, jittable in params.
+        """Arguments of ``jaxcredit.exact.tabular.make_tabular_mdp``, jittable in params.
 
         The transition structure is enumerated with plain numpy loops, independently of
         ``step_env``; ``die_prob`` is mixed in here so that it may be a traced value.

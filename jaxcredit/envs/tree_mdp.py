@@ -208,7 +208,7 @@ class TreeMDP(TabularEnv, environment.Environment[TreeMDPState, TreeMDPParams]):
         return jnp.where(state.depth >= self.depth, self.num_states - 1, first + state.position)
 
     def _tabular_arrays(self, params: TreeMDPParams | None = None) -> dict[str, jax.Array]:
-        """Arguments of ``jaxcredit.envs.tabular.make_tabular_mdp`` (numpy-built tables)."""
+        """Arguments of ``jaxcredit.exact.tabular.make_tabular_mdp`` (numpy-built tables)."""
         del params  # nothing in the params changes the untruncated MDP
         num_states = self.num_states
         terminal = np.zeros((num_states,), bool)

@@ -17,7 +17,7 @@ batch. Two optional fields serve the ground-truth checks on tabular environments
 * ``exact_model`` names the exact model the estimator approximates (``"state_hindsight"``,
   ``"return_hindsight"`` or COCOA's ``"reward_hindsight"``) and ``oracle()`` builds the same
   estimator with that exact model in place of the learned one (its ``params`` are then the
-  exact tables, recomputed for the current policy every update: ``jaxcredit.agents.ground_truth``);
+  exact tables, recomputed for the current policy every update: ``jaxcredit.exact.ground_truth``);
 * ``hindsight(params, trajectory, hparams, key) -> (log_h [..., A], weight [...])`` evaluates the
   model at the conditioning points the estimator uses, so the engine can report the KL divergence
   between the learned and the exact model there (``estimator/kl_to_exact``).

@@ -124,7 +124,7 @@ def feature_object(num_features: int, threshold: float, feature_l1: float,
 
 def reward_oracle() -> hm.StateHindsightModel:
     """The exact p^π_γ(a | s_t, u_k) of the reward value; params ``{"log_h": [S, U, A],
-    "values": [U]}`` (``tabular.reward_hindsight``). It reads r_k itself, against its own
+    "values": [U]}`` (``hindsight.reward_hindsight``). It reads r_k itself, against its own
     values, so it is exact whatever values the learned twin uses."""
 
     def source(params, obs):
@@ -151,7 +151,7 @@ def reward_oracle() -> hm.StateHindsightModel:
 def resolve_reward_values(reward_values: Union[None, str, Sequence[float]], env: Any,
                           env_params: Any) -> np.ndarray:
     """The finite set of reward values: given (a sequence, or "0,0.1,0.9" from the command line)
-    or read from the environment (``jaxcredit.agents.ground_truth.reward_value_law``)."""
+    or read from the environment (``jaxcredit.exact.ground_truth.reward_value_law``)."""
     if isinstance(reward_values, str):
         try:
             reward_values = [float(v) for v in reward_values.replace(";", ",").split(",") if v]
@@ -162,7 +162,7 @@ def resolve_reward_values(reward_values: Union[None, str, Sequence[float]], env:
         if env is None:
             raise ValueError("cocoa_reward needs reward_values (the finite set of reward "
                              "values) or an environment to read them from")
-        from jaxcredit.agents.ground_truth import reward_value_law  # noqa: PLC0415
+        from jaxcredit.exact.ground_truth import reward_value_law  # noqa: PLC0415
 
         params = env.default_params if env_params is None else env_params
         try:
@@ -196,7 +196,7 @@ def cocoa_reward(
 
     Loss: the γ^{k−t−1}-weighted cross-entropy of p(a_t | s_t, u_k) over pairs t < k with
     r_k ≠ 0 (``mask_zero_reward_loss``, COCOA's setting); its minimiser is the exact
-    ``tabular.reward_hindsight``. The engine supplies the environment, from which the reward
+    ``hindsight.reward_hindsight``. The engine supplies the environment, from which the reward
     values are read (``reward_distribution``, or the distinct rewards of its tabular MDP);
     rewards are mapped to the nearest value.
 

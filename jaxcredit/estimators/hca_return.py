@@ -133,13 +133,14 @@ def check_grid(z_grid: Any) -> tuple:
 def environment_return_range(env: Any, env_params: Any) -> Optional[tuple]:
     """The support of the environment's return grid, or None where it has none.
 
-    The grid on which the engine computes the exact return law (``return_law.plan_return_grid``,
+    The grid on which the engine computes the exact return law (``return_grid.plan_return_grid``,
     also used by ``estimator/kl_to_exact`` and the oracle): it covers every undiscounted return the
     tabular MDP can produce within its time limit, widened by 6 standard deviations of the summed
     Gaussian reward noise, and its step divides every deterministic reward (so each such return is
     a grid point). None for environments without a tabular MDP or whose grid cannot be planned.
     """
-    from jaxcredit.envs import has_ground_truth, return_law  # noqa: PLC0415 (estimators need no envs)
+    from jaxcredit.exact import return_grid  # noqa: PLC0415 (numpy planning, only when asked)
+    from jaxcredit.exact.tabular import has_ground_truth  # noqa: PLC0415
 
     if env is None or not has_ground_truth(env):
         return None
@@ -149,7 +150,7 @@ def environment_return_range(env: Any, env_params: Any) -> Optional[tuple]:
         law_fn = getattr(env, "reward_law", None)
         law = law_fn(params) if callable(law_fn) else None
         horizon = int(getattr(params, "max_steps_in_episode", 0) or 0)
-        plan = return_law.plan_return_grid(mdp, horizon, law)
+        plan = return_grid.plan_return_grid(mdp, horizon, law)
     except (ValueError, TypeError, jax.errors.ConcretizationTypeError):
         return None
     return tuple(float(g) for g in np.asarray(plan.support))

@@ -401,13 +401,13 @@ def state_tabular(num_states: int, policy_modulated: bool = False,
 #
 # Their inputs are tabular state indices (``Trajectory.state``) and their parameters are not
 # learned: the engine recomputes them from the exact MDP for the current policy every update
-# (``jaxcredit.agents.ground_truth``).
+# (``jaxcredit.exact.ground_truth``).
 
 
 def state_oracle() -> StateHindsightModel:
     """The exact h_γ(a | s_t, u_k) on indices; params ``{"log_h": [S, U, A]}``: the state
-    hindsight (u = s_k, ``tabular.state_hindsight``) or COCOA's reward hindsight (u = the index
-    of the reward value, ``tabular.reward_hindsight``)."""
+    hindsight (u = s_k, ``hindsight.state_hindsight``) or COCOA's reward hindsight (u = the index
+    of the reward value, ``hindsight.reward_hindsight``)."""
 
     def index(params, obs):
         del params
@@ -429,17 +429,17 @@ def return_oracle() -> ReturnHindsightModel:
     """The exact h(a | s, Z) of the undiscounted return Z.
 
     params: ``{"bandit": (mdp, pi)}`` for one-step Gaussian bandits (closed form,
-    ``tabular.bandit_return_hindsight``), or ``{"grid": (p_sa, p_s, pi, support)}``, the law of
-    the return on a grid (``jaxcredit.envs.return_law``) interpolated at Z.
+    ``hindsight.bandit_return_hindsight``), or ``{"grid": (p_sa, p_s, pi, support)}``, the law of
+    the return on a grid (``jaxcredit.exact.return_law``) interpolated at Z.
     """
-    from jaxcredit.envs import return_law, tabular  # noqa: PLC0415 (estimators need no envs)
+    from jaxcredit.exact import hindsight, return_law  # noqa: PLC0415
 
     def logits(params, obs, z, z_normalised, policy_logits):
         del z_normalised, policy_logits
         s = state_of(obs)
         if "bandit" in params:
             mdp, pi = params["bandit"]
-            h = tabular.bandit_return_hindsight(mdp, pi, z)  # [..., S, A]
+            h = hindsight.bandit_return_hindsight(mdp, pi, z)  # [..., S, A]
             h = jnp.take_along_axis(h, s[..., None, None], axis=-2)[..., 0, :]
         else:
             p_sa, p_s, pi, support = params["grid"]

@@ -43,7 +43,7 @@ def known_answer(group_size: Optional[int] = None, base: str = "rloo", bonus: fl
         raise ValueError(f"known_answer: bonus must be non-negative, got {bonus!r}")
     from jaxcredit.estimators.registry import make_estimator  # noqa: PLC0415
 
-    inner = make_estimator(base, group_size=group_size)
+    inner = make_estimator(base, context={"group_size": group_size})
 
     def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
         if trajectory.extras is None or "agrees" not in trajectory.extras:

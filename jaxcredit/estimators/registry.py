@@ -6,7 +6,7 @@ options and returns an :class:`~jaxcredit.estimators.base.Estimator`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Optional
 
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.registry import Factory, Registry
@@ -41,15 +41,14 @@ def register(name: str, factory: Factory) -> None:
     ESTIMATORS.register(name, factory)
 
 
-def make_estimator(name: str, env: Any = None, env_params: Any = None,
-                   group_size: Any = None, **options: Any) -> Estimator:
+def make_estimator(name: str, context: Optional[Mapping[str, Any]] = None,
+                   **options: Any) -> Estimator:
     """Builds the estimator registered as ``name`` (or a ``"module:factory"`` path) with
-    ``options``; a factory that takes ``env`` / ``env_params`` (COCOA-reward reads its reward
-    values there) gets the environment when one is given.
+    ``options``; each entry of ``context`` (``env``, ``env_params``, ``horizon``,
+    ``group_size``) reaches a factory that takes it (COCOA-reward reads its reward values from
+    the environment, the group baselines their group size): ``Registry.make``.
 
     Raises:
       ValueError: unknown name (the message lists close matches), or options the factory rejects.
     """
-    context = {k: v for k, v in (("env", env), ("env_params", env_params),
-                                 ("group_size", group_size)) if v is not None}
     return ESTIMATORS.make(name, context=context, **options)

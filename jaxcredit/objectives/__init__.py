@@ -12,7 +12,7 @@ arrives with the off-policy learner.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 from flax import struct
@@ -59,6 +59,9 @@ def registered() -> list[str]:
     return OBJECTIVES.registered()
 
 
-def make_objective(name: str, **options: Any) -> Objective:
-    """Builds the objective ``name`` (or a ``"module:factory"`` path) with ``options``."""
-    return OBJECTIVES.make(name, **options)
+def make_objective(name: str, context: Optional[Mapping[str, Any]] = None,
+                   **options: Any) -> Objective:
+    """Builds the objective ``name`` (or a ``"module:factory"`` path) with ``options``; entries
+    of ``context`` (the engine's ``critic``, ``normalize_advantage``, ``clip_value_loss``)
+    reach a factory that takes them (``Registry.make``)."""
+    return OBJECTIVES.make(name, context=context, **options)

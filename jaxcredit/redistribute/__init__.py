@@ -4,19 +4,19 @@ A redistributor moves reward in time without changing what is optimal: return de
 (RUDDER, Arjona-Medina et al. 2019) moves a delayed reward to the steps where a learned return
 predictor jumps; a process reward model scores every step of a chain of reasoning. Contract::
 
-    init(key, example_trajectory)              -> params
-    redistribute(params, trajectory, key)      -> trajectory with new ``reward``
-                                                  (or ``(trajectory, metrics)``)
-    loss(params, batch, hparams, key)          -> (scalar, metrics)    # what fitting minimises
+    init(key, example_trajectory)                  -> params
+    redistribute(params, trajectory, key, memory)  -> (trajectory with new ``reward``, memory,
+                                                      metrics)
+    loss(params, batch, hparams, key)              -> (scalar, metrics)  # what fitting minimises
 
 A redistributor that needs more than one window (a sequence model whose episodes span windows,
 a buffer of whole past episodes) also has a *memory*, kept in the train state between updates::
 
-    init_memory(example_trajectory)                    -> memory
-    redistribute(params, trajectory, key, memory)      -> (trajectory, memory, metrics)
-    sample(memory, key)                                -> batch      # the fitting data
+    init_memory(example_trajectory)                -> memory
+    sample(memory, key)                            -> batch      # the fitting data
 
 and its ``loss`` is fitted on batches drawn by ``sample`` instead of on the window's columns.
+Without ``init_memory`` the memory is None and ``redistribute`` hands it back.
 
 The engine fits a learned redistributor inside the compiled update (``jaxcredit.fitting``, its
 own optimiser, ``redistributor_lr`` / ``redistributor_max_grad_norm`` in ``Hparams`` and
@@ -27,15 +27,14 @@ metrics ``redistribute`` returns are reported as ``redistribute/*``.
 Registered: ``rudder`` (:mod:`jaxcredit.redistribute.rudder`, an LSTM return decomposition with
 a lessons buffer) and ``prm`` (:mod:`jaxcredit.redistribute.prm`, step rewards from a process
 reward model). Register another with ``register("name", "package.module:factory")`` and select it
-with ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory that takes a
-``horizon`` argument is given the environment's time limit, one that takes ``env`` the
-environment.
+with ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory is given the
+engine's context (``env``, ``env_params``, ``horizon``, ``group_size``) where it takes it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -60,12 +59,12 @@ class Redistributor:
 
     Attributes:
       name: registry name.
-      redistribute: ``(params, trajectory, key) -> trajectory`` with new rewards (or
-        ``(trajectory, metrics)``, reported as ``redistribute/*``).
+      redistribute: ``(params, trajectory, key, memory) -> (trajectory, memory, metrics)``,
+        the trajectory with new rewards; the metrics are reported as ``redistribute/*``.
       init, loss: its model's initialiser and fitting loss.
       learned: True if ``loss`` fits parameters.
-      init_memory: ``example_trajectory -> memory`` for a redistributor with a memory (then
-        ``redistribute`` takes and returns it, module docstring), else None.
+      init_memory: ``example_trajectory -> memory`` for a redistributor with a memory (module
+        docstring), else None (the memory ``redistribute`` gets and returns is None).
       sample: ``(memory, key) -> batch``, the fitting data of a redistributor with a memory
         (None: fit on the window's columns).
       exact_model: for an oracle redistributor, the exact quantity the engine passes as its
@@ -74,7 +73,7 @@ class Redistributor:
     """
 
     name: str
-    redistribute: Callable[[Any, Trajectory, jax.Array], Trajectory]
+    redistribute: Callable[[Any, Trajectory, jax.Array, Any], tuple[Trajectory, Any, dict]]
     init: Callable[[jax.Array, Trajectory], Any] = no_params
     loss: Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]] = no_loss
     learned: bool = False
@@ -98,6 +97,9 @@ def registered() -> list[str]:
     return REDISTRIBUTORS.registered()
 
 
-def make_redistributor(name: str, **options: Any) -> Redistributor:
-    """Builds the redistributor ``name`` (or a ``"module:factory"`` path) with ``options``."""
-    return REDISTRIBUTORS.make(name, **options)
+def make_redistributor(name: str, context: Optional[Mapping[str, Any]] = None,
+                       **options: Any) -> Redistributor:
+    """Builds the redistributor ``name`` (or a ``"module:factory"`` path) with ``options``;
+    entries of ``context`` (``env``, ``env_params``, ``horizon``, ``group_size``) reach a
+    factory that takes them (``Registry.make``)."""
+    return REDISTRIBUTORS.make(name, context=context, **options)

@@ -155,7 +155,7 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
             return judge(traj.obs, traj.action)[0].astype(jnp.float32)
         return jax.nn.sigmoid(scorer.apply(params, traj.obs, traj.action))
 
-    def redistribute(params, traj: Trajectory, key: Array):
+    def redistribute(params, traj: Trajectory, key: Array, memory: None):
         del key
         p = probabilities(params, traj)
         exact, _ = judge(traj.obs, traj.action, "none")
@@ -166,7 +166,7 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
             "grader_accuracy": ((p > 0.5) == exact).mean(),
         }
         new = step_rewards(p, traj.reward, task.steps, outcome)
-        return traj.replace(reward=new), metrics
+        return traj.replace(reward=new), memory, metrics
 
     def loss(params, traj: Trajectory, hparams, key):
         del hparams, key

@@ -17,8 +17,7 @@ and its episode length from the engine), and select it with ``--relabel name``.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 
@@ -65,17 +64,9 @@ def registered() -> list[str]:
     return RELABELLERS.registered()
 
 
-def make_relabeller(name: str, env: Any = None, horizon: Optional[int] = None,
+def make_relabeller(name: str, context: Optional[Mapping[str, Any]] = None,
                     **options: Any) -> Relabeller:
-    """Builds the relabeller ``name`` (or a ``"module:factory"`` path) with ``options``; ``env``
-    and ``horizon`` reach factories that accept them."""
-    factory = RELABELLERS.factory(name)
-    try:
-        accepted = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        accepted = {}
-    takes_all = any(p.kind == p.VAR_KEYWORD for p in accepted.values())
-    for keyword, value in (("env", env), ("horizon", horizon)):
-        if takes_all or keyword in accepted:
-            options.setdefault(keyword, value)
-    return RELABELLERS.make(name, **options)
+    """Builds the relabeller ``name`` (or a ``"module:factory"`` path) with ``options``; entries
+    of ``context`` (``env``, ``env_params``, ``horizon``, ``group_size``) reach a factory that
+    takes them (``Registry.make``)."""
+    return RELABELLERS.make(name, context=context, **options)

@@ -1,7 +1,7 @@
 """Exact quantities of the current policy inside the compiled step, on environments with a
 tabular MDP.
 
-On an environment with ground truth (``jaxcredit.envs.tabular``: ``tabular_mdp`` and
+On an environment with ground truth (``jaxcredit.exact.tabular``: ``tabular_mdp`` and
 ``state_index``) the policy network can be read as a table: π[s] = softmax(f_θ(o(s))) with o(s)
 the observation of state s (aliased states share it). From that table dynamic programming gives,
 for the *current* policy and inside the same compiled program:
@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcredit.envs import has_ground_truth, tabular
+from jaxcredit.exact import hindsight, return_grid, return_law, tabular
+from jaxcredit.exact.tabular import has_ground_truth
 from jaxcredit.networks import ActorCritic
 
 Array = jax.Array
@@ -69,7 +70,7 @@ def reward_value_law(env: Any, env_params: Any) -> tuple[Array, Array]:
     """``(values [U], probs [S, A, U])``: the law of the reward value given (s, a).
 
     The environment's own ``reward_distribution`` (or ``reward_law``) where it has one, else the
-    distinct rewards of a tabular MDP with deterministic rewards (``tabular.reward_value_law``).
+    distinct rewards of a tabular MDP with deterministic rewards (``hindsight.reward_value_law``).
     A law over next states ``[S, A, S', U]`` is marginalised with the transition. Raises a
     one-line ValueError where the rewards are not a finite set of values.
     """
@@ -85,7 +86,7 @@ def reward_value_law(env: Any, env_params: Any) -> tuple[Array, Array]:
     if not has_ground_truth(env):
         raise ValueError("the environment has no tabular MDP from which to read its reward "
                          "values; give the estimator reward_values")
-    return tabular.reward_value_law(env.tabular_mdp(env_params))
+    return hindsight.reward_value_law(env.tabular_mdp(env_params))
 
 
 def make_ground_truth(env: Any, env_params: Any, need_return_law: bool,
@@ -111,9 +112,8 @@ def make_ground_truth(env: Any, env_params: Any, need_return_law: bool,
             if is_bandit(mdp):
                 return_plan = ("bandit", None)
             else:
-                from jaxcredit.envs import return_law  # noqa: PLC0415
 
-                return_plan = ("grid", return_law.plan_return_grid(mdp, horizon, reward_law))
+                return_plan = ("grid", return_grid.plan_return_grid(mdp, horizon, reward_law))
         except (ValueError, jax.errors.ConcretizationTypeError, TypeError) as err:
             error = " ".join(str(err).split())[:300]
     reward_values, values_error = None, ""
@@ -148,21 +148,21 @@ def exact_model_params(kind: str, gt: GroundTruth, mdp: tabular.TabularMDP, pi: 
                        gamma: Array) -> Any:
     """Parameters of the exact (oracle) hindsight model ``kind`` for policy ``pi``.
 
-    ``"state_hindsight"``: ``{"log_h": log h_γ [S, S, A]}`` (``tabular.state_hindsight``).
+    ``"state_hindsight"``: ``{"log_h": log h_γ [S, S, A]}`` (``hindsight.state_hindsight``).
     ``"reward_hindsight"``: ``{"log_h": log p_γ(a|s, u) [S, U, A], "values": [U]}``
-    (``tabular.reward_hindsight``; COCOA-reward).
+    (``hindsight.reward_hindsight``; COCOA-reward).
     ``"return_hindsight"``: ``{"bandit": (mdp, pi)}`` or ``{"grid": (p_sa, p_s, pi, support)}``,
     NaN unless γ = 1 (module docstring).
     """
     if kind == "state_hindsight":
-        h = tabular.state_hindsight(mdp, pi, gamma)
+        h = hindsight.state_hindsight(mdp, pi, gamma)
         return {"log_h": jnp.log(jnp.maximum(h, 1e-30))}
     if kind == "reward_hindsight":
         if gt.reward_values is None:
             raise ValueError(f"no exact reward hindsight for this environment: "
                              f"{gt.reward_values_error or 'reward values not planned'}")
         values, probs = gt.reward_values
-        h = tabular.reward_hindsight(mdp, pi, gamma, jnp.asarray(probs))
+        h = hindsight.reward_hindsight(mdp, pi, gamma, jnp.asarray(probs))
         return {"log_h": jnp.log(jnp.maximum(h, 1e-30)), "values": jnp.asarray(values)}
     if kind != "return_hindsight":
         raise ValueError(f"unknown exact model {kind!r}")
@@ -171,7 +171,6 @@ def exact_model_params(kind: str, gt: GroundTruth, mdp: tabular.TabularMDP, pi: 
     poison = jnp.where(gamma == 1.0, 0.0, jnp.nan)
     if gt.return_plan[0] == "bandit":
         return {"bandit": (mdp, pi + poison)}
-    from jaxcredit.envs import return_law  # noqa: PLC0415
 
     plan = gt.return_plan[1]
     p_sa, p_s = return_law.return_law(mdp, pi, plan, gt.reward_law)

@@ -1,0 +1,118 @@
+"""The credit pipeline of one configuration, built from the registries in one way.
+
+Every stage (relabel, redistribute, estimate, objective; docs/design.md) is built by name through
+its registry's ``Registry.make(name, context, **options)``: the options are the stage's own
+(``--estimator-option k=v`` and the like, strict: an unknown one is an error), and the *context*
+is what the engine knows and any stage may read. Each context entry reaches a factory that takes
+a keyword of that name (or ``**kwargs``):
+
+    env, env_params   the environment (COCOA-reward reads its reward values, prm its checker)
+    horizon           the episode time limit (HER's replay window, RUDDER's episode length)
+    group_size        episodes per task instance (the group baselines)
+    critic, normalize_advantage, clip_value_loss   the objective's settings from the config
+
+``make_stages`` also makes the checks that need more than one stage or the environment (a
+whole-episode estimator needs windows of one episode; a pretrain schedule needs a part to
+pretrain), and ``exact_twin`` the exact-model twin of a learned estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from jaxcredit.agents.config import TrainConfig
+from jaxcredit.agents.runs import episode_horizon
+from jaxcredit.estimators import make_estimator
+from jaxcredit.estimators.base import Estimator
+from jaxcredit.objectives import Objective, make_objective
+from jaxcredit.redistribute import Redistributor, make_redistributor
+from jaxcredit.relabel import Relabeller, make_relabeller
+
+
+@dataclasses.dataclass(frozen=True)
+class Stages:
+    """The pipeline of one configuration (None: the optional stage is not set)."""
+
+    objective: Objective
+    estimator: Estimator
+    relabeller: Optional[Relabeller]
+    redistributor: Optional[Redistributor]
+
+
+def stage_context(config: TrainConfig, env: Any, env_params: Any) -> dict[str, Any]:
+    """What the engine hands every stage factory that takes it (module docstring)."""
+    return {"env": env, "env_params": env_params, "horizon": episode_horizon(env_params),
+            "group_size": config.group_size, "critic": config.critic,
+            "normalize_advantage": config.normalize_advantage,
+            "clip_value_loss": config.clip_value_loss}
+
+
+def make_stages(config: TrainConfig, env: Any, env_params: Any) -> Stages:
+    """Builds the on-policy pipeline of a resolved ``config`` on ``env``; a one-line ValueError
+    for a bad name, option or combination."""
+    context = stage_context(config, env, env_params)
+    objective = make_objective(config.objective, context)
+    estimator = make_estimator(config.estimator, context, **config.estimator_kwargs)
+    if estimator.episode_windows or config.group_size > 1:
+        check_episode_windows(config, env, env_params, estimator)
+    relabeller = None
+    if config.relabel:
+        relabeller = make_relabeller(config.relabel, context, **dict(config.relabel_options))
+        if relabeller.needs_replay:
+            raise ValueError(f"relabel stage {config.relabel!r} relabels replayed transitions "
+                             f"and needs the off-policy learner (--algo dqn): a policy gradient "
+                             f"on relabelled goals would be off-policy")
+    redistributor = (make_redistributor(config.redistribute, context,
+                                        **dict(config.redistribute_options))
+                     if config.redistribute else None)
+    if config.estimator_pretrain_steps and (not estimator.learned
+                                            or estimator.pretrain_loss is None):
+        raise ValueError(f"estimator {config.estimator!r} has no part to pretrain "
+                         f"(estimator_pretrain_steps={config.estimator_pretrain_steps}); "
+                         f"cocoa_feature with features=pretrain has")
+    return Stages(objective, estimator, relabeller, redistributor)
+
+
+def check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
+                          estimator: Estimator) -> None:
+    """Episodic credit (group baselines, belief credit) needs every window to be one whole
+    episode: a fixed episode length equal to num_steps, and instances to share for groups."""
+    horizon = episode_horizon(env_params)
+    what = (f"estimator {config.estimator!r}" if estimator.episode_windows
+            else f"group_size={config.group_size}")
+    if horizon is None:
+        raise ValueError(f"{what} reads each window as one whole episode and "
+                         f"{config.env!r} states no episode length")
+    if horizon != config.num_steps:
+        raise ValueError(f"{what} reads each window as one whole episode: set --num-steps "
+                         f"{horizon} (the episode length), got {config.num_steps}")
+    if config.group_size > 1 and not hasattr(env, "reset_to_instance"):
+        raise ValueError(f"group_size={config.group_size} needs an environment with task "
+                         f"instances to share (sample_instance / reset_to_instance, e.g. "
+                         f"CommandChain); {config.env!r} has none")
+
+
+def exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optional[Estimator]:
+    """The exact-model twin of a learned estimator, for ``estimator/kl_to_exact`` (else None).
+
+    Also rejects an oracle estimator where no exact model can be computed.
+    """
+    missing = None
+    if ground_truth is not None:
+        if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
+            missing = f"no exact return hindsight on {config.env!r}: {ground_truth.return_error}"
+        if estimator.exact_model == "reward_hindsight" and ground_truth.reward_values is None:
+            missing = (f"no exact reward hindsight on {config.env!r}: "
+                       f"{ground_truth.reward_values_error}")
+    if estimator.is_oracle:
+        if ground_truth is None:
+            raise ValueError(f"estimator {estimator.name!r} with model='oracle' needs an "
+                             f"environment with exact ground truth; {config.env!r} has none")
+        if missing:
+            raise ValueError(missing)
+        return None
+    if (not config.eval_every or not estimator.learned or estimator.oracle is None
+            or estimator.hindsight is None or ground_truth is None or missing):
+        return None
+    return estimator.oracle()
