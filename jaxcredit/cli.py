@@ -34,136 +34,17 @@ import importlib  # noqa: E402
 import os  # noqa: E402
 import pathlib  # noqa: E402
 import time  # noqa: E402
-import typing  # noqa: E402
-from typing import Annotated, Any, Callable, Optional, Sequence  # noqa: E402
+from typing import Callable, Optional, Sequence  # noqa: E402
 
 import tyro  # noqa: E402
 
 from jaxcredit import compile_cache  # noqa: E402
-from jaxcredit.flags import (Repeatable, UsageError, field_docs, flat,  # noqa: E402,F401
-                             parse, parse_options)
-from jaxcredit.agents.config import FIELDS, OPTION_FIELDS, Hparams, TrainConfig  # noqa: E402
+from jaxcredit.agents.config import TrainConfig  # noqa: E402
+from jaxcredit.flags import UsageError, flat, parse  # noqa: E402
+from jaxcredit.train_flags import (SweepArgs, TrainArgs, base_hparams,  # noqa: E402
+                                   build_config, resume_argv, resume_differences, sweep_settings)
 
 PROG = "jaxcredit"
-
-
-# ----------------------------------------------------------------------------------------------
-# Flags generated from the config dataclasses
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class RunOptions:
-    """How the run is executed and where it goes (not part of the compiled program)."""
-
-    num_seeds: int = 1
-    """seeds per hyper-parameter setting, trained in one vmapped program"""
-    seed: int = 0
-    """master seed (seed keys are split from it)"""
-    num_chunks: int = 10
-    """compiled chunks; progress, metrics and a checkpoint after each"""
-    out: Optional[str] = None
-    """run directory (default: runs/<algo>-<estimator>-<env>-<time>)"""
-    resume: bool = False
-    """continue the run in --out from its last checkpoint (other flags are ignored)"""
-    force: bool = False
-    """if --out exists, move it aside to <out>.old-<time> and start over"""
-    progress: bool = True
-    """show a progress bar"""
-    stop_after_chunks: Optional[int] = None
-    """stop after this many chunks (continue later with --resume)"""
-    logger: Repeatable = ()
-    """extra per-seed loggers: tensorboard, wandb (pip install 'jaxcredit[loggers]')"""
-    watchdog_multiple: float = 20.0
-    """hang watchdog: a chunk running longer than max(floor, this × the longest chunk) ends the
-    process with stack dumps in the run directory and exit status 75 (0: off)"""
-    watchdog_floor: float = 600.0
-    """hang watchdog: seconds a chunk may always take"""
-    max_restarts: int = 0
-    """resume a run that the watchdog ended, up to this many times"""
-    metrics_csv: bool = True
-    """also export the metrics as metrics.csv when the command ends (the Parquet files in
-    metrics/ are the record; --no-metrics-csv saves time and disk on large sweeps)"""
-    memory_limit: str = "auto"
-    """memory per device a chunk may use: auto (the accelerator's limit, or 90 percent of the
-    free host memory shared by the CPU devices), a size such as 4G or 512M, or off; a sweep over
-    it runs each device's members in sequential groups, or is refused with what would fit"""
-    member_batch: Optional[int] = None
-    """members each device runs at once (default: all, or as many as fit in --memory-limit)"""
-    keep_checkpoints: int = 1
-    """checkpoints kept, the newest (0: all); one is enough to resume"""
-    coordinator: Optional[str] = None
-    """multi-process run: HOST:PORT of process 0's coordinator, the same in every process (with
-    --num-processes and --process-id; docs/scaling.md)"""
-    num_processes: Optional[int] = None
-    """multi-process run: how many processes share the sweep"""
-    process_id: Optional[int] = None
-    """multi-process run: this process's index, 0 to --num-processes - 1"""
-    local_device_ids: Optional[tuple[int, ...]] = None
-    """multi-process run: the local devices this process uses (default: all it sees)"""
-    distributed: bool = False
-    """multi-process run with the process layout read from the cluster environment (SLURM, Open
-    MPI) instead of --coordinator, --num-processes and --process-id"""
-
-
-@dataclasses.dataclass
-class SweepOptions:
-    """What a sweep varies."""
-
-    grid: Repeatable = ()
-    """NAME=V1,V2,... per hyper-parameter; the grid is their product"""
-    random: Repeatable = ()
-    """NAME=LOW:HIGH[:log] per hyper-parameter, sampled --num-samples times"""
-    num_samples: int = 8
-    """settings drawn by --random"""
-    sample_seed: int = 0
-    """seed of the --random draw"""
-
-
-# Repeatable flags that take one or more values each: ``--env-option n=10 --env-option sigma=1``
-# and ``--env-option n=10 sigma=1`` mean the same.
-def _flag_type(cls: type, name: str, annotation: Any):
-    """The command-line type of a config field: options become repeatable KEY=VALUE strings,
-    floats that count things accept 5e6, and the hyper-parameters' ``Any`` leaves are floats."""
-    if name in OPTION_FIELDS:
-        return Repeatable
-    if name == "total_timesteps":
-        return float
-    if cls is Hparams:
-        return float
-    return annotation
-
-
-def _flag_name(field: str) -> Optional[str]:
-    """``--lambda`` for λ; ``--env-option`` (one KEY=VALUE after another) for ``env_options``."""
-    if field == "lambda_":
-        return "lambda"
-    if field in OPTION_FIELDS:
-        return field[:-1]
-    return None
-
-
-def _generated(name: str, sources: Sequence[type]) -> type:
-    """A dataclass with every field of ``sources`` as a flag, docstrings as help."""
-    fields = []
-    for cls in sources:
-        hints = typing.get_type_hints(cls)
-        docs = field_docs(cls)
-        for f in dataclasses.fields(cls):
-            flag = _flag_type(cls, f.name, hints[f.name])
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            help_text = docs.get(f.name, "")
-            if f.name in OPTION_FIELDS:
-                help_text += " (KEY=VALUE, several allowed)"
-            arg = tyro.conf.arg(help=help_text or None, name=_flag_name(f.name))
-            fields.append((f.name, Annotated[flag, arg], dataclasses.field(default=default)))
-    return dataclasses.make_dataclass(name, fields)
-
-
-TrainArgs = _generated("TrainArgs", (TrainConfig, Hparams, RunOptions))
-TrainArgs.__doc__ = "Train one configuration over several seeds (one compiled, sharded program)."
-SweepArgs = _generated("SweepArgs", (TrainConfig, Hparams, RunOptions, SweepOptions))
-SweepArgs.__doc__ = "Train a grid or a random sample of hyper-parameters × seeds in one program."
 
 
 @dataclasses.dataclass
@@ -187,66 +68,6 @@ class ListArgs:
 
     what: tyro.conf.Positional[str]
     """envs | estimators | objectives | relabellers | redistributors | algos"""
-
-
-def _hp_name(name: str) -> str:
-    name = name.replace("-", "_")
-    return "lambda_" if name == "lambda" else name
-
-
-def build_config(args) -> TrainConfig:
-    """The resolved ``TrainConfig`` of parsed train/sweep arguments."""
-    values = {}
-    for f in dataclasses.fields(TrainConfig):
-        value = getattr(args, f.name)
-        if f.name in OPTION_FIELDS:
-            value = parse_options(flat(value), "--" + f.name.replace("_", "-")[:-1])
-        elif f.name == "total_timesteps":
-            if value != int(value) or value <= 0:
-                raise UsageError(f"total_timesteps must be a positive whole number, got {value}")
-            value = int(value)
-        values[f.name] = value
-    return TrainConfig(**values).resolved()
-
-
-def base_hparams(args) -> dict:
-    return {name: getattr(args, name) for name in FIELDS}
-
-
-def sweep_settings(args) -> tuple[list[dict], tuple[str, ...]]:
-    from jaxcredit.agents import sweep
-
-    grid, random = flat(args.grid), flat(args.random)
-    if grid and random:
-        raise UsageError("use either --grid or --random, not both")
-    base = base_hparams(args)
-    if grid:
-        axes = {}
-        for item in grid:
-            if "=" not in item:
-                raise UsageError(f"--grid entries look like NAME=V1,V2, got {item!r}")
-            name, values = item.split("=", 1)
-            try:
-                axes[_hp_name(name)] = [float(v) for v in values.split(",") if v]
-            except ValueError:
-                raise UsageError(f"--grid {item!r}: values must be numbers") from None
-        settings = sweep.grid(**axes)
-    elif random:
-        ranges = {}
-        for item in random:
-            if "=" not in item:
-                raise UsageError(f"--random entries look like NAME=LOW:HIGH[:log], got {item!r}")
-            name, spec = item.split("=", 1)
-            parts = spec.split(":")
-            try:
-                ranges[_hp_name(name)] = tuple(float(p) for p in parts[:2]) + tuple(parts[2:])
-            except ValueError:
-                raise UsageError(f"--random {item!r}: bounds must be numbers") from None
-        settings = sweep.random_search(args.sample_seed, args.num_samples, **ranges)
-    else:
-        raise UsageError("a sweep needs --grid NAME=V1,V2 ... or --random NAME=LOW:HIGH ...")
-    swept = tuple(settings[0])
-    return [{**base, **s} for s in settings], swept
 
 
 def _default_out(config: TrainConfig) -> str:
@@ -275,10 +96,14 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
-        changed = _changed_config_flags(args)
-        if changed:
-            raise UsageError(f"--resume continues the saved run as it was configured; it takes no "
-                             f"config flags (got {', '.join(changed)})")
+        saved = pathlib.Path(args.out) / "config.json"
+        if saved.exists():
+            from jaxcredit import runlog  # noqa: PLC0415
+
+            changed = resume_differences(args, runlog.read_json(saved))
+            if changed:
+                raise UsageError(f"--resume continues the saved run as it was configured; "
+                                 f"these flags differ from it: {'; '.join(changed)}")
         run_experiment = _host_loop(args, multiprocess).run_experiment
         return _report(run_experiment(None, None, args.out, resume=True, progress=args.progress,
                                       max_chunks=args.stop_after_chunks, loggers=flat(args.logger),
@@ -351,13 +176,7 @@ def _supervise(args) -> int:
 
     out = args.out or (_default_out(build_config(args)) if not args.resume else None)
     child = [*_ARGV, "--max-restarts", "0"] + ([] if args.out else ["--out", str(out)])
-    resume = ["train", "--out", str(out), "--resume", "--max-restarts", "0",
-              "--watchdog-multiple", repr(args.watchdog_multiple),
-              "--watchdog-floor", repr(args.watchdog_floor),
-              "--memory-limit", args.memory_limit,
-              "--keep-checkpoints", str(args.keep_checkpoints)] + (
-                  [] if args.metrics_csv else ["--no-metrics-csv"]) + (
-                  [] if args.member_batch is None else ["--member-batch", str(args.member_batch)])
+    resume = resume_argv(args, out)
     for attempt in range(args.max_restarts + 1):
         code = subprocess.call([sys.executable, "-c", "from jaxcredit.cli import main; main()",
                                 *child])
@@ -367,17 +186,6 @@ def _supervise(args) -> int:
               f"(restart {attempt + 1} of {args.max_restarts})", file=sys.stderr, flush=True)
         child = resume
     return code
-
-
-def _changed_config_flags(args) -> list[str]:
-    """The TrainConfig / Hparams flags given other values than their defaults."""
-    changed = []
-    for cls in (TrainConfig, Hparams):
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            if hasattr(args, f.name) and getattr(args, f.name) != default:
-                changed.append("--" + (_flag_name(f.name) or f.name).replace("_", "-"))
-    return changed
 
 
 def _report(summary: dict) -> dict:

@@ -1,6 +1,7 @@
 """The ``jaxcredit`` command line: one-line errors with exit status 2, outputs of train / sweep /
 plot, resume through the CLI, and the console script in a subprocess."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -52,8 +53,7 @@ def run_cli(argv, capsys):
     (["train", "--algo", "dqn", "--buffer-size", "10"], "smaller than one batch"),
     (["train", "--relabel", "her", "--env", "BitFlip"], "needs the off-policy learner"),
     (["train", "--algo", "dqn", "--epsilon-end", "2"], "epsilon_end must lie in [0, 1]"),
-    (["train", "--out", "x", "--resume", "--total-timesteps", "1e6"],
-     "it takes no config flags (got --total-timesteps)"),
+    (["train", "--out", "x", "--resume", "--total-timesteps", "1e6"], "x holds no run"),
     (["train", "--memory-limit", "12Q"], "cannot read the memory size '12Q'"),
     (["train", "--member-batch", "0"], "--member-batch must be positive"),
     # A sweep too big for the memory limit is refused before the run directory exists.
@@ -82,7 +82,16 @@ def test_train_sweep_plot_and_resume(tmp_path, capsys):
     assert cli.main(["train", *TINY, "--num-seeds", "2", "--out", str(out),
                      "--stop-after-chunks", "1"]) == 0
     assert "stopped at update 2" in capsys.readouterr().out
-    assert cli.main(["train", "--out", str(out), "--resume", "--no-progress"]) == 0
+    # --resume refuses flags that differ from the saved run, naming each, before it runs ...
+    code, err = run_cli(["train", *TINY, "--num-seeds", "2", "--out", str(out), "--resume",
+                         "--lr", "0.1", "--num-envs", "8", "--estimator-option", "n=3"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    for difference in ("--lr 0.1 (the run has 0.00", "--num-envs 8 (the run has 4)",
+                       "--estimator-option {'n': 3} (the run has {})"):
+        assert difference in err, err
+    assert "--num-seeds" not in err and "--num-steps" not in err
+    # ... and takes the same command again with --resume added.
+    assert cli.main(["train", *TINY, "--num-seeds", "2", "--out", str(out), "--resume"]) == 0
     assert "finished, 2 runs" in capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())
     assert config["config"]["num_envs"] == 4 and config["num_seeds"] == 2
@@ -172,7 +181,7 @@ def test_module_factory_paths_load_from_the_current_directory(tmp_path, monkeypa
     """``--estimator my_est:td0`` and ``--env my_env:Arms`` name files next to the user."""
     (tmp_path / "my_est.py").write_text(
         "from jaxcredit.estimators.classic import gae\n"
-        "def td0(**options):\n    return gae(**options)\n")
+        "def td0():\n    return gae()\n")
     (tmp_path / "my_env.py").write_text(
         "from jaxcredit.envs.hca_tasks import AmbiguousBandit as Arms\n")
     monkeypatch.chdir(tmp_path)
@@ -183,3 +192,31 @@ def test_module_factory_paths_load_from_the_current_directory(tmp_path, monkeypa
     assert config["config"]["estimator"] == "my_est:td0"
     code, err = run_cli(["train", *TINY, "--estimator", "no_such_module:td0"], capsys)
     assert code == 2 and "cannot import 'no_such_module'" in err
+
+
+def test_every_run_option_survives_a_watchdog_restart():
+    """The restart command (train_flags.resume_argv) carries every run option a resumed process
+    takes: each set to a value other than its default here, parsed back equal."""
+    from jaxcredit.flags import parse
+    from jaxcredit.train_flags import _NOT_RESUMED, RunOptions, TrainArgs, resume_argv
+
+    given = {"num_seeds": ["3"], "seed": ["5"], "num_chunks": ["6"], "progress": None,
+             "stop_after_chunks": ["4"], "logger": ["tensorboard", "wandb"],
+             "watchdog_multiple": ["7.5"], "watchdog_floor": ["30"], "metrics_csv": None,
+             "memory_limit": ["4G"], "member_batch": ["3"], "keep_checkpoints": ["2"],
+             "coordinator": ["host:1234"], "num_processes": ["2"], "process_id": ["1"],
+             "local_device_ids": ["0", "1"], "distributed": []}
+    resumed = [f.name for f in dataclasses.fields(RunOptions) if f.name not in _NOT_RESUMED]
+    assert sorted(given) == sorted(resumed), "a new run option: add it here"
+    argv = ["--out", "x", "--max-restarts", "2"]
+    for name, values in given.items():
+        flag = "--" + name.replace("_", "-")
+        argv += ["--no-" + flag[2:]] if values is None else [flag, *values]
+    args = parse(TrainArgs, argv, "jaxcredit train")
+    restart = resume_argv(args, "x")
+    assert restart[:6] == ["train", "--out", "x", "--resume", "--max-restarts", "0"]
+    back = parse(TrainArgs, restart[1:], "jaxcredit train")
+    defaults = RunOptions()
+    for name in resumed:
+        assert getattr(back, name) == getattr(args, name) != getattr(defaults, name), name
+    assert back.resume and back.max_restarts == 0

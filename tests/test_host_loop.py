@@ -192,3 +192,24 @@ def test_metrics_are_parquet_chunks_with_a_csv_export(tmp_path):
     writer.append(metrics, np.array([0, 1]), np.array([5, 5]), 0, 10)
     with pytest.raises(ValueError, match="has columns"):
         runlog.MetricsWriter(tmp_path, ["loss"])
+
+
+def test_config_and_run_spec_round_trip_through_json():
+    """What a run directory's config.json holds reads back equal: every TrainConfig field (options,
+    hidden sizes and the dqn fields included) and every RunSpec field."""
+    import json
+
+    from jaxcredit.agents import TrainConfig
+    from jaxcredit.agents.host_loop import RunSpec
+
+    config = TrainConfig(algo="ppo", env="DelayedEffect", env_options=(("n", 3),),
+                         estimator="nstep", estimator_options={"n": 4}, hidden_sizes=(8, 4),
+                         redistribute="rudder", redistribute_options={"hidden": 5},
+                         num_envs=2, num_steps=8, total_timesteps=2 * 8 * 4, dueling=True,
+                         eval_every=0).resolved()
+    back = TrainConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert back == config
+    spec = RunSpec(settings=({"lr": 1e-3}, {"lr": 3e-3}), num_seeds=3, seed=7, num_chunks=2,
+                   swept=("lr",))
+    saved = {"config": config.to_dict(), **spec.to_dict(), "devices": ["cpu:0"]}
+    assert RunSpec.from_dict(json.loads(json.dumps(saved))) == spec

@@ -113,7 +113,7 @@ LAYERS = [
     {"agents"},
     {"diagnostics", "experiment", "presets"},
     {"bench", "showcase"},
-    {"cli"},
+    {"cli", "train_flags"},
 ]
 
 

@@ -71,6 +71,18 @@ class RunSpec:
     num_chunks: int = 10
     swept: tuple = ()
 
+    def to_dict(self) -> dict:
+        """The JSON form written to ``config.json`` (lists for tuples)."""
+        return {"settings": [dict(s) for s in self.settings], "num_seeds": self.num_seeds,
+                "seed": self.seed, "num_chunks": self.num_chunks, "swept": list(self.swept)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunSpec":
+        """The spec of a ``config.json`` (its other keys are ignored)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{k: tuple(d[k]) if k in ("settings", "swept") else d[k]
+                      for k in names if k in d})
+
 
 # Compiled functions are cached per (config, chunk length, mesh), so repeated runs of one config
 # in a process (resume, notebooks, tests) compile once.
@@ -298,9 +310,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
         prepare_out_dir(out, resume=True, force=False)
         saved = runlog.read_json(out / "config.json")
         config = TrainConfig.from_dict(saved["config"])
-        spec = RunSpec(settings=tuple(saved["settings"]), num_seeds=saved["num_seeds"],
-                       seed=saved["seed"], num_chunks=saved["num_chunks"],
-                       swept=tuple(saved.get("swept", ())))
+        spec = RunSpec.from_dict(saved)
     # Everything that can fail on bad input runs before the output directory is touched.
     engine = (make_engine(config, env, env_params) if env is not None
               else _engine(config.resolved()))
@@ -457,10 +467,9 @@ def _claim_run_dir(out: pathlib.Path, resume: bool, force: bool, held: list, con
         return
     prepare_out_dir(out, resume=False, force=force)
     held.append(runlog.lock_run_dir(out))  # (the lock taken above moved aside with the run)
+    spec = dataclasses.replace(spec, settings=tuple(population.settings))
     runlog.write_json(out / "config.json", {
-        "config": config.to_dict(), "settings": list(population.settings),
-        "num_seeds": spec.num_seeds, "seed": spec.seed, "num_chunks": spec.num_chunks,
-        "swept": list(spec.swept), "num_updates": config.num_updates,
+        "config": config.to_dict(), **spec.to_dict(), "num_updates": config.num_updates,
         "steps_per_update": config.steps_per_update,
         "devices": [str(d) for d in mesh.devices.flat], "versions": runlog.package_versions(),
     })

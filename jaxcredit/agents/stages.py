@@ -9,7 +9,9 @@ a keyword of that name (or ``**kwargs``):
     env, env_params   the environment (COCOA-reward reads its reward values, prm its checker)
     horizon           the episode time limit (HER's replay window, RUDDER's episode length)
     group_size        episodes per task instance (the group baselines)
-    critic, normalize_advantage, clip_value_loss   the objective's settings from the config
+
+and the objective's also holds its settings from the config (``critic``,
+``normalize_advantage``, ``clip_value_loss``).
 
 ``make_stages`` also makes the checks that need more than one stage or the environment (a
 whole-episode estimator needs windows of one episode; a pretrain schedule needs a part to
@@ -43,7 +45,12 @@ class Stages:
 def stage_context(config: TrainConfig, env: Any, env_params: Any) -> dict[str, Any]:
     """What the engine hands every stage factory that takes it (module docstring)."""
     return {"env": env, "env_params": env_params, "horizon": episode_horizon(env_params),
-            "group_size": config.group_size, "critic": config.critic,
+            "group_size": config.group_size}
+
+
+def objective_context(config: TrainConfig, context: dict[str, Any]) -> dict[str, Any]:
+    """The stage context plus the objective's settings from the config."""
+    return {**context, "critic": config.critic,
             "normalize_advantage": config.normalize_advantage,
             "clip_value_loss": config.clip_value_loss}
 
@@ -52,7 +59,7 @@ def make_stages(config: TrainConfig, env: Any, env_params: Any) -> Stages:
     """Builds the on-policy pipeline of a resolved ``config`` on ``env``; a one-line ValueError
     for a bad name, option or combination."""
     context = stage_context(config, env, env_params)
-    objective = make_objective(config.objective, context)
+    objective = make_objective(config.objective, objective_context(config, context))
     estimator = make_estimator(config.estimator, context, **config.estimator_kwargs)
     if estimator.episode_windows or config.group_size > 1:
         check_episode_windows(config, env, env_params, estimator)

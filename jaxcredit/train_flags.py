@@ -1,0 +1,293 @@
+"""The flags of ``jaxcredit train`` and ``jaxcredit sweep``, generated from the config dataclasses.
+
+Every field of ``TrainConfig``, ``Hparams`` and the run options below is a flag, with its
+docstring as help (``--lambda`` for λ, ``--env-option KEY=VALUE`` for ``env_options``). From the
+parsed arguments: the resolved config (:func:`build_config`), the hyper-parameter settings of a
+sweep (:func:`sweep_settings`), what a ``--resume`` was given that differs from the saved run
+(:func:`resume_differences`), and the command that resumes a run with every run option it was
+started with (:func:`resume_argv`, the watchdog's restart).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Annotated, Any, Optional, Sequence
+
+import numpy as np
+import tyro
+
+from jaxcredit.agents.config import DEFAULTS, FIELDS, OPTION_FIELDS, Hparams, TrainConfig
+from jaxcredit.flags import Repeatable, UsageError, field_docs, flat, parse_options
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """How the run is executed and where it goes (not part of the compiled program)."""
+
+    num_seeds: int = 1
+    """seeds per hyper-parameter setting, trained in one vmapped program"""
+    seed: int = 0
+    """master seed (seed keys are split from it)"""
+    num_chunks: int = 10
+    """compiled chunks; progress, metrics and a checkpoint after each"""
+    out: Optional[str] = None
+    """run directory (default: runs/<algo>-<estimator>-<env>-<time>)"""
+    resume: bool = False
+    """continue the run in --out from its last checkpoint (flags that differ from the saved run
+    are refused)"""
+    force: bool = False
+    """if --out exists, move it aside to <out>.old-<time> and start over"""
+    progress: bool = True
+    """show a progress bar"""
+    stop_after_chunks: Optional[int] = None
+    """stop after this many chunks (continue later with --resume)"""
+    logger: Repeatable = ()
+    """extra per-seed loggers: tensorboard, wandb (pip install 'jaxcredit[loggers]')"""
+    watchdog_multiple: float = 20.0
+    """hang watchdog: a chunk running longer than max(floor, this × the longest chunk) ends the
+    process with stack dumps in the run directory and exit status 75 (0: off)"""
+    watchdog_floor: float = 600.0
+    """hang watchdog: seconds a chunk may always take"""
+    max_restarts: int = 0
+    """resume a run that the watchdog ended, up to this many times"""
+    metrics_csv: bool = True
+    """also export the metrics as metrics.csv when the command ends (the Parquet files in
+    metrics/ are the record; --no-metrics-csv saves time and disk on large sweeps)"""
+    memory_limit: str = "auto"
+    """memory per device a chunk may use: auto (the accelerator's limit, or 90 percent of the
+    free host memory shared by the CPU devices), a size such as 4G or 512M, or off; a sweep over
+    it runs each device's members in sequential groups, or is refused with what would fit"""
+    member_batch: Optional[int] = None
+    """members each device runs at once (default: all, or as many as fit in --memory-limit)"""
+    keep_checkpoints: int = 1
+    """checkpoints kept, the newest (0: all); one is enough to resume"""
+    coordinator: Optional[str] = None
+    """multi-process run: HOST:PORT of process 0's coordinator, the same in every process (with
+    --num-processes and --process-id; docs/scaling.md)"""
+    num_processes: Optional[int] = None
+    """multi-process run: how many processes share the sweep"""
+    process_id: Optional[int] = None
+    """multi-process run: this process's index, 0 to --num-processes - 1"""
+    local_device_ids: Optional[tuple[int, ...]] = None
+    """multi-process run: the local devices this process uses (default: all it sees)"""
+    distributed: bool = False
+    """multi-process run with the process layout read from the cluster environment (SLURM, Open
+    MPI) instead of --coordinator, --num-processes and --process-id"""
+
+
+@dataclasses.dataclass
+class SweepOptions:
+    """What a sweep varies."""
+
+    grid: Repeatable = ()
+    """NAME=V1,V2,... per hyper-parameter; the grid is their product"""
+    random: Repeatable = ()
+    """NAME=LOW:HIGH[:log] per hyper-parameter, sampled --num-samples times"""
+    num_samples: int = 8
+    """settings drawn by --random"""
+    sample_seed: int = 0
+    """seed of the --random draw"""
+
+
+# Repeatable flags that take one or more values each: ``--env-option n=10 --env-option sigma=1``
+# and ``--env-option n=10 sigma=1`` mean the same.
+def _flag_type(cls: type, name: str, annotation: Any):
+    """The command-line type of a config field: options become repeatable KEY=VALUE strings,
+    floats that count things accept 5e6, and the hyper-parameters' ``Any`` leaves are floats."""
+    if name in OPTION_FIELDS:
+        return Repeatable
+    if name == "total_timesteps":
+        return float
+    if cls is Hparams:
+        return float
+    return annotation
+
+
+def flag_name(field: str) -> Optional[str]:
+    """``--lambda`` for λ; ``--env-option`` (one KEY=VALUE after another) for ``env_options``."""
+    if field == "lambda_":
+        return "lambda"
+    if field in OPTION_FIELDS:
+        return field[:-1]
+    return None
+
+
+def _generated(name: str, sources: Sequence[type]) -> type:
+    """A dataclass with every field of ``sources`` as a flag, docstrings as help."""
+    fields = []
+    for cls in sources:
+        hints = typing.get_type_hints(cls)
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            flag = _flag_type(cls, f.name, hints[f.name])
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            help_text = docs.get(f.name, "")
+            if f.name in OPTION_FIELDS:
+                help_text += " (KEY=VALUE, several allowed)"
+            arg = tyro.conf.arg(help=help_text or None, name=flag_name(f.name))
+            fields.append((f.name, Annotated[flag, arg], dataclasses.field(default=default)))
+    return dataclasses.make_dataclass(name, fields)
+
+
+TrainArgs = _generated("TrainArgs", (TrainConfig, Hparams, RunOptions))
+TrainArgs.__doc__ = "Train one configuration over several seeds (one compiled, sharded program)."
+SweepArgs = _generated("SweepArgs", (TrainConfig, Hparams, RunOptions, SweepOptions))
+SweepArgs.__doc__ = "Train a grid or a random sample of hyper-parameters × seeds in one program."
+
+
+def hp_name(name: str) -> str:
+    name = name.replace("-", "_")
+    return "lambda_" if name == "lambda" else name
+
+
+def build_config(args) -> TrainConfig:
+    """The resolved ``TrainConfig`` of parsed train/sweep arguments."""
+    values = {}
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(args, f.name)
+        if f.name in OPTION_FIELDS:
+            value = parse_options(flat(value), "--" + f.name.replace("_", "-")[:-1])
+        elif f.name == "total_timesteps":
+            if value != int(value) or value <= 0:
+                raise UsageError(f"total_timesteps must be a positive whole number, got {value}")
+            value = int(value)
+        values[f.name] = value
+    return TrainConfig(**values).resolved()
+
+
+def base_hparams(args) -> dict:
+    return {name: getattr(args, name) for name in FIELDS}
+
+
+def sweep_settings(args) -> tuple[list[dict], tuple[str, ...]]:
+    from jaxcredit.agents import sweep
+
+    grid, random = flat(args.grid), flat(args.random)
+    if grid and random:
+        raise UsageError("use either --grid or --random, not both")
+    base = base_hparams(args)
+    if grid:
+        axes = {}
+        for item in grid:
+            if "=" not in item:
+                raise UsageError(f"--grid entries look like NAME=V1,V2, got {item!r}")
+            name, values = item.split("=", 1)
+            try:
+                axes[hp_name(name)] = [float(v) for v in values.split(",") if v]
+            except ValueError:
+                raise UsageError(f"--grid {item!r}: values must be numbers") from None
+        settings = sweep.grid(**axes)
+    elif random:
+        ranges = {}
+        for item in random:
+            if "=" not in item:
+                raise UsageError(f"--random entries look like NAME=LOW:HIGH[:log], got {item!r}")
+            name, spec = item.split("=", 1)
+            parts = spec.split(":")
+            try:
+                ranges[hp_name(name)] = tuple(float(p) for p in parts[:2]) + tuple(parts[2:])
+            except ValueError:
+                raise UsageError(f"--random {item!r}: bounds must be numbers") from None
+        settings = sweep.random_search(args.sample_seed, args.num_samples, **ranges)
+    else:
+        raise UsageError("a sweep needs --grid NAME=V1,V2 ... or --random NAME=LOW:HIGH ...")
+    swept = tuple(settings[0])
+    return [{**base, **s} for s in settings], swept
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def _flag(name: str) -> str:
+    return "--" + (flag_name(name) or name).replace("_", "-")
+
+
+def _config_value(name: str, value: Any) -> Any:
+    """A config field's flag value as the resolved ``TrainConfig`` holds it."""
+    if name in OPTION_FIELDS:
+        return dict(parse_options(flat(value), _flag(name)))
+    if name == "hidden_sizes":
+        return tuple(int(h) for h in value)
+    return value
+
+
+def _same(given: Any, saved: Any) -> bool:
+    numbers = (int, float, np.number)
+    if isinstance(given, numbers) and isinstance(saved, numbers):
+        return bool(np.float32(given) == np.float32(saved))  # Hparams leaves are float32
+    return given == saved
+
+
+def resume_differences(args: Any, saved: dict) -> list[str]:
+    """The flags given to a ``--resume`` whose values differ from the saved run's, one entry
+    each (``--lr 0.001 (the run has 0.0003)``); flags at their defaults count as not given.
+
+    Args:
+      args: the parsed ``train`` / ``sweep`` arguments.
+      saved: the run directory's ``config.json``.
+    """
+    config = TrainConfig.from_dict(saved["config"])
+    settings = saved.get("settings") or [{}]
+    differences = []
+    for cls in (TrainConfig, Hparams):
+        for f in dataclasses.fields(cls):
+            given = getattr(args, f.name, None)
+            if not hasattr(args, f.name) or given == _default(f):
+                continue
+            if cls is TrainConfig:
+                old = getattr(config, f.name)
+                old = dict(old) if f.name in OPTION_FIELDS else old
+                given = _config_value(f.name, given)
+                if not _same(given, old):
+                    differences.append(f"{_flag(f.name)} {given} (the run has {old})")
+                continue
+            values = {float(np.float32(s.get(f.name, DEFAULTS[f.name]))) for s in settings}
+            if len(values) > 1:
+                differences.append(f"{_flag(f.name)} {given} (the run sweeps it)")
+            elif not _same(given, values.pop()):
+                differences.append(f"{_flag(f.name)} {given} (the run has "
+                                   f"{settings[0].get(f.name, DEFAULTS[f.name])})")
+    for name in RUN_SPEC_OPTIONS:
+        given = getattr(args, name)
+        if given != _default(_RUN_FIELDS[name]) and given != saved.get(name, given):
+            differences.append(f"{_flag(name)} {given} (the run has {saved[name]})")
+    return differences
+
+
+# The run options that define the run (saved with it in RunSpec); the others say how this
+# process executes it and may change from one resume to the next.
+RUN_SPEC_OPTIONS = ("num_seeds", "seed", "num_chunks")
+_RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunOptions)}
+# Run options a resumed process does not take from the command it resumes: where the run is and
+# that it is resumed are given, a restart never restarts, and --force would start over.
+_NOT_RESUMED = ("out", "resume", "max_restarts", "force")
+
+
+def option_argv(options: Any, names: Sequence[str]) -> list[str]:
+    """The flags that set each field ``names`` of ``options`` to its value (nothing for a field
+    at its default): ``--flag value``, ``--flag``/``--no-flag`` for booleans, ``--flag v1 v2``
+    for tuples."""
+    argv = []
+    for name in names:
+        value, default = getattr(options, name), _default(_RUN_FIELDS[name])
+        if value == default:
+            continue
+        flag = _flag(name)
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, (tuple, list)):  # a Repeatable holds one tuple per occurrence
+            items = flat(value) if all(isinstance(v, (tuple, list)) for v in value) else value
+            argv += [flag, *map(str, items)] if items else []
+        elif value is not None:
+            argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return argv
+
+
+def resume_argv(args: Any, out: str) -> list[str]:
+    """The ``jaxcredit train`` command that resumes the run in ``out`` with every run option of
+    ``args`` (the watchdog's restart), as a list of arguments."""
+    names = [n for n in _RUN_FIELDS if n not in _NOT_RESUMED]
+    return ["train", "--out", str(out), "--resume", "--max-restarts", "0",
+            *option_argv(args, names)]
