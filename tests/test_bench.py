@@ -17,6 +17,7 @@ import pytest
 
 from jaxcredit import cli
 from jaxcredit.bench import baseline, purejaxrl, timing
+from jaxcredit.bench import races as bench_races
 from jaxcredit.bench import train as bench_train
 
 BASELINE_REV = "21c2ce5"  # the last commit before the credit-pipeline refactor
@@ -130,10 +131,10 @@ def test_race_alternates_calls_and_reports_time_per_step_against_the_first_row()
                      ("b", 12)]
     for c in cases:
         c.times = [1.0, 2.0, 4.0]  # median 2 s
-    result = bench_train.race_result("toy", cases)
+    result = bench_races.race_result("toy", cases)
     assert [r["sps"] for r in result["cases"]] == [50, 150]
     assert [r["time_per_step_vs_first"] for r in result["cases"]] == [1.0, round(1 / 3, 3)]
-    table = bench_train.format_race(result)
+    table = bench_races.format_race(result)
     assert "toy (time/step relative to a)" in table and "150" in table
 
 
@@ -153,11 +154,11 @@ def test_estimator_races_group_by_fit_steps(monkeypatch):
         built.append((label, fields.get("estimator_fit_steps"), fields["eval_every"]))
         return timing.Case(label, None, None, 1000, 0.0, times=[1.0], extra=extra)
 
-    monkeypatch.setattr(bench_train, "engine_case", fake_engine_case)
-    monkeypatch.setattr(bench_train, "race", lambda cases, repeats, seed: cases)
+    monkeypatch.setattr(bench_races, "engine_case", fake_engine_case)
+    monkeypatch.setattr(bench_races, "race", lambda cases, repeats, seed: cases)
     args = bench_train.TrainBench(estimator_envs=4, estimator_steps=8, estimator_updates=1)
     specs = bench_train.parse_specs(["hca_return,nstep:n=3"])
-    results = bench_train.estimator_races(args, specs, [1, 16], (), {"gamma": 0.9,
+    results = bench_races.estimator_races(args, specs, [1, 16], (), {"gamma": 0.9,
                                                                      "lambda_": 0.9}, 1)
     assert [[c["label"] for c in r["cases"]] for r in results] == [
         ["gae", "hca_return", "nstep:n=3"], ["gae", "hca_return"]]
@@ -242,7 +243,7 @@ def test_baseline_revision_imports_beside_the_current_engine(tmp_path):
     old, short = baseline.import_revision(BASELINE_REV, tmp_path)
     assert short == BASELINE_REV and old.__name__ == f"jaxcredit_{BASELINE_REV}.agents"
     assert sys.modules["jaxcredit"] is jaxcredit and old.TrainConfig is not agents.TrainConfig
-    fields = bench_train.ppo_fields(4, 512)
+    fields = bench_races.ppo_fields(4, 512)
     config = baseline.make_config(old, **fields)
     assert config.num_updates == 1 and config.update_epochs == 4
     # The refactored engine evaluates by default; the old one has no evaluation to turn off.
@@ -267,7 +268,7 @@ def run_cli(argv, capsys):
     return code, captured.out, captured.err
 
 
-_purejaxrl_ppo_fields = bench_train.ppo_fields
+_purejaxrl_ppo_fields = bench_races.ppo_fields
 
 
 def _small_ppo_fields(num_envs: int, total_timesteps: int) -> dict:
@@ -280,7 +281,7 @@ def _small_ppo_fields(num_envs: int, total_timesteps: int) -> dict:
 def test_bench_train_main_race_against_purejaxrl_and_a_baseline(fake_purejaxrl, tmp_path,
                                                                 capsys, monkeypatch):
     root, _ = fake_purejaxrl
-    monkeypatch.setattr(bench_train, "ppo_fields", _small_ppo_fields)
+    monkeypatch.setattr(bench_races, "ppo_fields", _small_ppo_fields)
     argv = ["bench", "train", "--quick", "--total-timesteps", "512", "--purejaxrl", str(root),
             "--json", str(tmp_path / "bench.json")]
     rows = ["jaxcredit", "jaxcredit, evaluating", "purejaxrl"]
@@ -343,7 +344,7 @@ def test_bench_all_smoke_writes_every_table(tmp_path, capsys, monkeypatch):
     """`jaxcredit bench all` at its smallest size: the estimator table, the PPO races (main,
     many envs, many seeds), the fitted-estimator and RUDDER races, as JSON and markdown."""
     # The smaller PPO of the test above: compiling the six PPO programs is most of this test.
-    monkeypatch.setattr(bench_train, "ppo_fields", _small_ppo_fields)
+    monkeypatch.setattr(bench_races, "ppo_fields", _small_ppo_fields)
     code, out, err = run_cli(["bench", "all", "--size", "smoke", "--out", str(tmp_path)], capsys)
     assert code == 0, err
     saved = json.loads((tmp_path / "all.json").read_text())

@@ -140,3 +140,10 @@ def test_layer_check_on_a_hand_graph():
 def test_every_module_imports_only_downward():
     violations = layer_violations(import_graph())
     assert not violations, "imports that go up a layer: " + ", ".join(violations)
+
+
+def test_no_module_is_over_500_lines():
+    """One job per module: a module past 500 lines is doing several; split it by job."""
+    long = {str(path.relative_to(ROOT.parent)): n for path in ROOT.rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > 500}
+    assert not long, f"modules over 500 lines: {long}"
