@@ -231,16 +231,17 @@ def cmd_plot(args: PlotArgs) -> None:
     print(plot_runs(args.runs, out, args.metric, args.per_seed, args.smooth))
 
 
-LISTS = {
-    "envs": ("jaxcredit.envs", "registered"),
-    "estimators": ("jaxcredit.estimators", "registered"),
-    "objectives": ("jaxcredit.objectives", "registered"),
-    "relabellers": ("jaxcredit.relabel", "registered"),
-    "redistributors": ("jaxcredit.redistribute", "registered"),
+LISTS = {  # what ``jaxcredit list`` lists: (module, its registry of names, or None: envs)
+    "envs": ("jaxcredit.envs.registry", None),
+    "estimators": ("jaxcredit.estimators.registry", "ESTIMATORS"),
+    "objectives": ("jaxcredit.objectives", "OBJECTIVES"),
+    "relabellers": ("jaxcredit.relabel", "RELABELLERS"),
+    "redistributors": ("jaxcredit.redistribute", "REDISTRIBUTORS"),
 }
 
 
 def cmd_list(args: ListArgs) -> None:
+    """One line per entry: its name and the first paragraph of its docstring."""
     if args.what == "algos":
         from jaxcredit.agents.config import ALGO_PRESETS
 
@@ -249,10 +250,21 @@ def cmd_list(args: ListArgs) -> None:
         return
     if args.what not in LISTS:
         raise UsageError(f"list what? choose one of {', '.join([*LISTS, 'algos'])}")
-    module, function = LISTS[args.what]
-    names = getattr(importlib.import_module(module), function)()
-    print("\n".join(names) if names else f"(no {args.what} registered; "
-          "name a 'module:factory' path or register one)")
+    module_name, table = LISTS[args.what]
+    module = importlib.import_module(module_name)
+    if table is None:
+        names, describe = module.registered(), module.describe
+    else:
+        names, describe = getattr(module, table).registered(), getattr(module, table).describe
+    if not names:
+        print(f"(no {args.what} registered; name a 'module:factory' path or register one)")
+    width = max(map(len, names), default=0)
+    for name in names:
+        try:
+            about = describe(name)
+        except ValueError as err:  # a registered module that cannot be imported here
+            about = f"(unavailable: {err})"
+        print(f"{name:<{width}}  {about}".rstrip())
 
 
 def _lazy_main(module: str) -> Callable[[list[str]], object]:
@@ -331,15 +343,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         code = dispatch(argv)
+    except BrokenPipeError:  # output piped into `head` and the like
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0) from None
     except (ValueError, OSError) as err:  # bad input, an unwritable folder, a full disk
         if os.environ.get("JAXCREDIT_TRACEBACK"):
             raise
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"{PROG}: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
-    except BrokenPipeError:  # output piped into `head` and the like
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(0) from None
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted (continue with --resume)", file=sys.stderr)
         raise SystemExit(130) from None

@@ -104,10 +104,3 @@ def learner_fields(label: str, **overrides: Any) -> dict[str, Any]:
     if options:
         fields["estimator_options"] = tuple(sorted(options.items()))
     return fields
-
-
-def is_learned(label: str) -> bool:
-    """True if the learner fits a credit model (so oracle and 1-step variants make sense)."""
-    base = label.split(" oracle")[0].split(" 1-step")[0]
-    return LEARNERS.get(base, {}).get("estimator") in (
-        "hca_return", "hca_dice", "hca_state", "c2a2c", "cocoa_reward", "cocoa_feature")

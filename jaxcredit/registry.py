@@ -17,6 +17,7 @@ import difflib
 import importlib
 import inspect
 import os
+import re
 import sys
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -69,6 +70,10 @@ class Registry:
             raise ValueError(f"{self.kind} {name!r}: {module_name!r} has no {factory_name!r}")
         return getattr(module, factory_name)
 
+    def describe(self, name: str) -> str:
+        """One line about ``name``: its factory's first docstring paragraph (imports it)."""
+        return describe(self.factory(name))
+
     def make(self, name: str, context: Optional[Mapping[str, Any]] = None,
              **options: Any) -> Any:
         """Builds ``name`` with keyword ``options``; bad options are a one-line ValueError.
@@ -84,6 +89,14 @@ class Registry:
             return factory(**options)
         except TypeError as err:
             raise ValueError(f"{self.kind} {name!r}: bad options {options}: {err}") from None
+
+
+def describe(target: Any) -> str:
+    """One line about ``target`` (a factory or a class): the first paragraph of its docstring
+    on one line, without pointers to the module docstring ("" without a docstring)."""
+    text = " ".join((inspect.getdoc(target) or "").split("\n\n")[0].split())
+    text = re.sub(r"\s*\((see )?(the )?module doc(string)?\)", "", text)
+    return text
 
 
 def takes(factory: Callable[..., Any], context: Mapping[str, Any]) -> dict[str, Any]:

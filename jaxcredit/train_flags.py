@@ -11,6 +11,7 @@ started with (:func:`resume_argv`, the watchdog's restart).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import typing
 from typing import Annotated, Any, Optional, Sequence
 
@@ -113,6 +114,16 @@ def flag_name(field: str) -> Optional[str]:
     return None
 
 
+# The config fields that name a stage, and the registry whose names their help lists (generated,
+# so a newly registered part appears in --help).
+STAGE_REGISTRIES = {
+    "objective": ("jaxcredit.objectives", "OBJECTIVES"),
+    "estimator": ("jaxcredit.estimators.registry", "ESTIMATORS"),
+    "relabel": ("jaxcredit.relabel", "RELABELLERS"),
+    "redistribute": ("jaxcredit.redistribute", "REDISTRIBUTORS"),
+}
+
+
 def _generated(name: str, sources: Sequence[type]) -> type:
     """A dataclass with every field of ``sources`` as a flag, docstrings as help."""
     fields = []
@@ -123,6 +134,10 @@ def _generated(name: str, sources: Sequence[type]) -> type:
             flag = _flag_type(cls, f.name, hints[f.name])
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             help_text = docs.get(f.name, "")
+            if f.name in STAGE_REGISTRIES:
+                module, table = STAGE_REGISTRIES[f.name]
+                names = getattr(importlib.import_module(module), table).registered()
+                help_text += f" (registered: {', '.join(names)})"
             if f.name in OPTION_FIELDS:
                 help_text += " (KEY=VALUE, several allowed)"
             arg = tyro.conf.arg(help=help_text or None, name=flag_name(f.name))

@@ -220,3 +220,40 @@ def test_every_run_option_survives_a_watchdog_restart():
     for name in resumed:
         assert getattr(back, name) == getattr(args, name) != getattr(defaults, name), name
     assert back.resume and back.max_restarts == 0
+
+
+@pytest.mark.parametrize("what, registry", [
+    ("estimators", "jaxcredit.estimators.registry:ESTIMATORS"),
+    ("objectives", "jaxcredit.objectives:OBJECTIVES"),
+    ("relabellers", "jaxcredit.relabel:RELABELLERS"),
+    ("redistributors", "jaxcredit.redistribute:REDISTRIBUTORS"),
+])
+def test_list_prints_one_described_line_per_registered_entry(what, registry, capsys):
+    import importlib
+
+    module, table = registry.split(":")
+    names = getattr(importlib.import_module(module), table).registered()
+    assert cli.main(["list", what]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == names
+    for line in lines:  # a description, not a pointer to elsewhere
+        about = line.split(None, 1)[1]
+        assert len(about) > 15 and "module doc" not in about, line
+
+
+def test_list_envs_describes_jaxcredit_and_gymnax_environments(capsys):
+    assert cli.main(["list", "envs"]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.strip().splitlines())
+    assert "Harutyunyan" in lines["DelayedEffect"]
+    assert lines["CartPole-v1"].startswith("gymnax environment")
+
+
+def test_train_help_lists_every_registered_stage(capsys):
+    from jaxcredit.estimators import registered
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name in registered():
+        assert name in text, name

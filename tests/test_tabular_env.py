@@ -28,12 +28,33 @@ def random_pi(key, num_states, num_actions, scale=1.0):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["Shortcut", "DelayedEffect", "AmbiguousBandit", "KeyToDoor",
-                                  "TaskInterleaving", "TreeMDP", "GridWorld-v1", "GridWorld-v2"])
-def test_every_env_with_ground_truth_is_a_tabular_env(name):
-    env, _ = envs.make(name)
-    assert isinstance(env, TabularEnv) and has_ground_truth(env)
-    assert isinstance(env.num_states, int)
+JAXCREDIT_ENVS = [n for n in envs.registered() if n in envs.registry._JAXCREDIT_ENVS]
+
+
+@pytest.mark.parametrize("name", JAXCREDIT_ENVS)
+def test_every_registered_env_with_ground_truth_keeps_the_protocol(name):
+    """Generated from the registry: every jaxcredit environment that is a TabularEnv has a valid
+    MDP whose start states and observations are the environment's own."""
+    env, params = envs.make(name)
+    if not isinstance(env, TabularEnv):
+        assert not has_ground_truth(env)
+        return
+    assert has_ground_truth(env) and isinstance(env.num_states, int)
+    mdp = env.tabular_mdp(params)
+    np.testing.assert_allclose(mdp.transition.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(mdp.initial.sum(), 1.0, atol=1e-5)
+    for seed in range(3):
+        obs, state = env.reset(jax.random.PRNGKey(seed), params)
+        index = int(env.state_index(state))
+        assert 0 <= index < env.num_states and float(mdp.initial[index]) > 0, (name, index)
+        np.testing.assert_allclose(np.asarray(mdp.observation[index]).reshape(-1),
+                                   np.asarray(obs, np.float32).reshape(-1), atol=1e-6)
+
+
+def test_the_known_tabular_envs_are_tabular():
+    for name in ["Shortcut", "DelayedEffect", "AmbiguousBandit", "KeyToDoor", "TaskInterleaving",
+                 "TreeMDP", "GridWorld-v1", "GridWorld-v2"]:
+        assert isinstance(envs.make(name)[0], TabularEnv), name
 
 
 @pytest.mark.parametrize("name", ["BitFlip", "CartPole-v1", "DelayedGridWorld-v1",

@@ -71,11 +71,10 @@ class TrainConfig:
     algo: str = "ppo"
     """preset: ppo | a2c | reinforce | dqn (fills the fields below that are left unset)"""
     objective: Optional[str] = None
-    """objective stage: pg | ppo | module:factory (default: the algo's)"""
+    """objective stage: a registered name or module:factory (default: the algo's)"""
     estimator: Optional[str] = None
-    """estimate stage: gae, mc, nstep, lambda_returns, hca_return, hca_dice, hca_state, c2a2c,
-    cocoa_reward, cocoa_feature, grpo, dr_grpo, rloo, belief, known_answer, or module:factory
-    (default: gae, or mc for reinforce); for dqn the Q target: double_q | q_learning"""
+    """estimate stage: a registered name (jaxcredit list estimators) or module:factory (default:
+    gae, or mc for reinforce); for dqn the Q target: double_q | q_learning"""
     estimator_options: Options = ()
     """options of the estimator, e.g. n=10 or model=oracle"""
     relabel: Optional[str] = None

@@ -41,7 +41,7 @@ class GoalGridParams(environment.EnvParams):
 
 
 class GoalGrid(environment.Environment[GoalGridState, GoalGridParams]):
-    """Reach a goal cell on an open ``size × size`` grid (module docstring)."""
+    """Goal-conditioned: reach a goal cell on an open ``size × size`` grid (module docstring)."""
 
     terminates_on_success = True
     goal_size = 2

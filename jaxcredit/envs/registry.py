@@ -28,6 +28,7 @@ import gymnax
 from gymnax import registration as gymnax_registration
 
 from jaxcredit.envs.wrappers import DelayedReward
+from jaxcredit import registry as registry_lib
 from jaxcredit.registry import import_user_module
 
 DELAYED_PREFIX = "DelayedReward-"
@@ -69,6 +70,16 @@ def registered() -> list[str]:
     """Every registered name: jaxcredit's first, then gymnax's (the ``DelayedReward-`` prefix
     applies to all of them and is not listed)."""
     return list(_JAXCREDIT_ENVS) + [n for n in gymnax.registered_envs if n not in _JAXCREDIT_ENVS]
+
+
+def describe(name: str) -> str:
+    """One line about environment ``name``: its class's first docstring paragraph. gymnax's are
+    named as such without being built (building some downloads data, e.g. MNISTBandit)."""
+    if name in _JAXCREDIT_ENVS:
+        return registry_lib.describe(_load(_JAXCREDIT_ENVS[name].target))
+    if name not in gymnax.registered_envs:
+        raise _unknown(name)
+    return "gymnax environment (its documentation: github.com/RobertTLange/gymnax)"
 
 
 def _unknown(name: str) -> ValueError:

@@ -104,7 +104,8 @@ def first_uses(action: Array, num_actions: int) -> Array:
 
 def belief(env: Any = None, prior: float = 1.0, decay: float = 0.95,
            first_use_only: bool = True) -> Estimator:
-    """Beta–Bernoulli turn credit c_t = E[p_{i,a_t}] − E[p_i] (module docstring).
+    """Beta–Bernoulli belief over which commands help: turn credit c_t = E[p_{i,a_t}] − E[p_i]
+    (module docstring).
 
     Args:
       env: the environment (its ``num_instances`` and ``num_actions`` size the tables).

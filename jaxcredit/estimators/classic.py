@@ -56,9 +56,10 @@ def lambda_returns(method: returns.Method = None) -> Estimator:
 
 
 def monte_carlo(method: returns.Method = None) -> Estimator:
-    """Monte-Carlo return (λ = 1, ignoring ``hparams.lambda_``), bootstrapped only at time-outs and
-    at the end of the rollout window; with a window that covers whole episodes it is REINFORCE's
-    return, and the advantage G_t - V(s_t) uses the critic as a baseline."""
+    """Monte-Carlo return G_t − V(s_t) (λ = 1), bootstrapped only at time-outs and window ends.
+
+    ``hparams.lambda_`` is ignored. With a window that covers whole episodes it is REINFORCE's
+    return, and the critic is the baseline."""
 
     def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
         del params, key

@@ -48,6 +48,6 @@ def policy_gradient(critic: bool = True, normalize_advantage: bool = False,
 
 def ppo(critic: bool = True, normalize_advantage: bool = True,
         clip_value_loss: bool = True) -> Objective:
-    """PPO's clipped surrogate (Schulman et al. 2017), and its all-action clipped form
-    (``losses`` module docstring) for all-action credit."""
+    """PPO's clipped surrogate (Schulman et al. 2017), and its all-action clipped form for
+    all-action credit (``jaxcredit.objectives.losses``)."""
     return _objective("ppo", True, critic, normalize_advantage, clip_value_loss)

@@ -96,7 +96,8 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
              pretrain_problems: int = 4096, pretrain_samples: int = 4, pretrain_steps: int = 1000,
              pretrain_batch: int = 256, pretrain_lr: float = 1e-3,
              slip: Sequence[float] = (0.1, 0.1, 0.55), env: Any = None) -> Redistributor:
-    """The PRM redistributor (module docstring).
+    """Step rewards from a process reward model's score of each step, fitted or exact (module
+    docstring).
 
     Args:
       model: ``fitted`` or ``oracle``.

@@ -276,7 +276,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
                 horizon: Optional[int] = None, model: str = "fitted", inputs: str = "obs",
                 input_gate_bias: float = 0.0, warmup_episodes: int = 0,
                 quality_threshold: Optional[float] = None) -> Redistributor:
-    """The RUDDER redistributor (module docstring).
+    """RUDDER (Arjona-Medina et al. 2019): an LSTM return decomposition with a lessons buffer
+    (module docstring).
 
     Args:
       model: ``fitted`` (the LSTM) or ``oracle`` (the exact return prediction; the other

@@ -149,7 +149,8 @@ def _changes_rewards(env: Any, goals: Any) -> bool:
 
 def her(strategy: str = "future", k: int = 4, env: Any = None, horizon: int | None = None
         ) -> Relabeller:
-    """The HER relabel stage (``--relabel her --relabel-option strategy=future k=4``).
+    """Hindsight experience replay (Andrychowicz et al. 2017): replayed windows relabelled with
+    achieved goals (``--relabel her --relabel-option strategy=future k=4``).
 
     Args:
       strategy: ``final`` | ``future`` | ``episode`` | ``random``.
