@@ -9,6 +9,9 @@
   and :func:`probability_of_improvement` P(X > Y). rliable is imported only here, and only when
   called (the ``experiments`` extra installs it).
 
+* :func:`headline_metric`, :func:`ranking_metric`, :func:`setting_ranking` — the return a run
+  reports and how a sweep ranks its settings (by the exact J(π) where there is one).
+
 All functions ignore NaN (a seed with no value yet).
 """
 
@@ -159,3 +162,34 @@ def oracle_gain_share(fitted: np.ndarray, oracle: np.ndarray, baseline: np.ndarr
                           np.nan)
     low, high = np.nanpercentile(shares, [2.5, 97.5])
     return float((f - b) / (o - b)), float(low), float(high)
+
+
+def headline_metric(metric_names) -> str:
+    """The return a run reports: the evaluation return when the run evaluates, else the mean
+    return of the training episodes."""
+    return "eval/return" if "eval/return" in metric_names else "episode_return"
+
+
+def ranking_metric(metric_names) -> str:
+    """What a sweep ranks its settings by: the exact J(π) where the environment has one (no
+    sampling noise, and settings that share evaluation keys cannot tie by luck), else the
+    headline return."""
+    return "eval/exact_return" if "eval/exact_return" in metric_names else headline_metric(
+        metric_names)
+
+
+def setting_ranking(curves: dict, settings, swept, metric: str) -> list[str]:
+    """One line per hyper-parameter setting, best final ``metric`` first (sweeps only)."""
+    if len(curves) < 2:
+        return []
+    rows = []
+    for h, (_, values) in curves.items():
+        final = values[:, -1]
+        final = final[np.isfinite(final)]
+        mean = float(final.mean()) if final.size else float("nan")
+        half = bootstrap_ci_halfwidth(final)
+        label = " ".join(f"{k}={settings[h][k]:.4g}" for k in swept) or f"setting {h}"
+        rows.append((mean, f"  {label}: final {metric} {mean:.4g} ± {half:.2g} "
+                           f"(95% bootstrap CI, {final.size} seeds)"))
+    rows.sort(key=lambda r: -np.inf if np.isnan(r[0]) else -r[0])
+    return [f"settings ranked by final {metric}:"] + [line for _, line in rows]

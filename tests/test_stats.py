@@ -95,3 +95,18 @@ def test_tensorboard_logger_writes_one_run_per_member(tmp_path):
     assert sorted(p.name for p in (tmp_path / "tensorboard").iterdir()) == ["h0-s0", "h0-s1"]
     with pytest.raises(ValueError, match="unknown logger"):
         loggers.make_loggers(["mlflow"], tmp_path, [(0, 0)], {})
+
+
+def test_a_sweep_ranks_by_the_exact_return_where_there_is_one():
+    names = ["episode_return", "eval/return", "eval/exact_return"]
+    assert stats.ranking_metric(names) == "eval/exact_return"
+    assert stats.headline_metric(names) == "eval/return"
+    assert stats.ranking_metric(names[:2]) == "eval/return"
+    assert stats.ranking_metric(names[:1]) == "episode_return"
+    # Two settings tied on the sampled return, ordered by the exact one: best first.
+    settings = [{"lr": 0.1}, {"lr": 0.2}]
+    exact = {0: (None, np.array([[0.5, 0.6], [0.5, 0.62]])),
+             1: (None, np.array([[0.5, 0.7], [0.5, 0.72]]))}
+    lines = stats.setting_ranking(exact, settings, ("lr",), "eval/exact_return")
+    assert lines[0] == "settings ranked by final eval/exact_return:"
+    assert "lr=0.2" in lines[1] and "0.71" in lines[1] and "lr=0.1" in lines[2]

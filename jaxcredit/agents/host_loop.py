@@ -159,12 +159,6 @@ def fit_chunk_programs(engine, lengths, mesh, state, hparams, limit, member_batc
     return programs, fitted
 
 
-def headline_metric(metric_names) -> str:
-    """The return a run reports: the evaluation return when the run evaluates, else the mean
-    return of the training episodes."""
-    return "eval/return" if "eval/return" in metric_names else "episode_return"
-
-
 def check_oracle_settings(engine, settings) -> None:
     """An exact return-hindsight oracle is exact only for γ = 1 (``exact.ground_truth``)."""
     estimator = getattr(engine, "estimator", None)
@@ -357,7 +351,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     metric_names = sorted(jax.eval_shape(
         lambda s, h: engine.run(s, h, 1)[1],
         jax.tree.map(_member_shape, state), jax.tree.map(_member_shape, hparams)))
-    headline = headline_metric(metric_names)
+    headline = stats.headline_metric(metric_names)
     writer = runlog.MetricsWriter(out, metric_names) if writes else None
     members = list(zip(population.hparam_index.tolist(), population.seed_index.tolist()))
     extra_loggers = (jaxlog.make_loggers(loggers, out, members, config.to_dict())
@@ -424,7 +418,10 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
         if csv:
             runlog.export_csv(out)
         last_return = float(np.nanmean([v[:, -1] for _, v in curves.values()]))
-        ranking = setting_ranking(curves, population.settings, spec.swept, headline)
+        metric = stats.ranking_metric(metric_names)
+        ranked = (curves if metric == headline
+                  else plotting.curves_by_setting(runlog.read_metrics(out), metric))
+        ranking = stats.setting_ranking(ranked, population.settings, spec.swept, metric)
         if plot:
             plotting.plot_runs([out], out / "curves.png", headline)
     return {"out": str(out), "updates": done_updates, "finished": finished,
@@ -479,21 +476,3 @@ def _member_shape(x) -> jax.ShapeDtypeStruct:
     """The shape of one member of a population leaf (no computation, so no cross-process
     program for a global array)."""
     return jax.ShapeDtypeStruct(x.shape[1:], x.dtype)
-
-
-def setting_ranking(curves: dict, settings, swept, metric: str) -> list[str]:
-    """One line per hyper-parameter setting, best final ``metric`` first (sweeps only)."""
-    if len(curves) < 2:
-        return []
-    rows = []
-    for h, (_, values) in curves.items():
-        final = values[:, -1]
-        final = final[np.isfinite(final)]
-        mean = float(final.mean()) if final.size else float("nan")
-        half = stats.bootstrap_ci_halfwidth(final)
-        label = " ".join(f"{k}={settings[h][k]:.4g}" for k in swept) or f"setting {h}"
-        rows.append((mean, f"  {label}: final {metric} {mean:.4g} ± {half:.2g} "
-                           f"(95% bootstrap CI, {final.size} seeds)"))
-    rows.sort(key=lambda r: -np.inf if np.isnan(r[0]) else -r[0])
-    return [f"settings ranked by final {metric}:"] + [line for _, line in rows]
-
