@@ -257,3 +257,20 @@ def test_train_help_lists_every_registered_stage(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for name in registered():
         assert name in text, name
+
+
+def test_jaxcredit_run_end_to_end_at_a_tiny_size(tmp_path, capsys):
+    """The showcase writes its two tables and its figure, with a row per estimator and learner."""
+    out = tmp_path / "showcase"
+    assert cli.main(["run", "--out", str(out), "--n", "3", "--seeds", "2", "--updates", "4",
+                     "--episodes-per-update", "2", "--gradient-episodes", "64"]) == 0
+    printed = capsys.readouterr().out
+    gradients = (out / "gradients.md").read_text()
+    learning = (out / "learning.md").read_text()
+    for name in ("reinforce", "gae", "hca_return", "c2a2c"):
+        assert name in gradients, name
+    for learner in ("REINFORCE", "A2C+GAE", "hca_return", "hca_return oracle"):
+        assert learner in learning, learner
+    assert "nan" not in gradients.lower()
+    assert (out / "learning.png").stat().st_size > 1000
+    assert f"wrote {out}" in printed
