@@ -29,6 +29,14 @@ for _flag in TEST_XLA_FLAGS:
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
+
+def users_xla_env(extra: str = "") -> dict:
+    """The environment of a subprocess that runs at the XLA flags users run (without
+    TEST_XLA_FLAGS), plus ``extra`` flags: the checks of bit-exact resume and of sharded
+    equality run there too, not only at the suite's faster-compiling flags."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in TEST_XLA_FLAGS]
+    return dict(os.environ, XLA_FLAGS=" ".join(flags + extra.split()), JAX_PLATFORMS="cpu")
+
 # The suite compiles many programs more than once: the same engine in several test files (each
 # xdist worker is its own process), and again in every command a test starts as a subprocess.
 # A persistent compilation cache shared by the session's processes compiles each program once.

@@ -213,3 +213,37 @@ def test_config_and_run_spec_round_trip_through_json():
                    swept=("lr",))
     saved = {"config": config.to_dict(), **spec.to_dict(), "devices": ["cpu:0"]}
     assert RunSpec.from_dict(json.loads(json.dumps(saved))) == spec
+
+
+RESUME_SCRIPT = """
+import sys, pathlib
+import numpy as np
+from jaxcredit import runlog
+from jaxcredit.agents import TrainConfig
+from jaxcredit.agents.host_loop import RunSpec, run_experiment
+root = pathlib.Path(sys.argv[1])
+config = TrainConfig(algo="a2c", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
+                     hidden_sizes=(16,), eval_every=3, eval_episodes=2)
+spec = RunSpec(settings=({"lr": 1e-3}, {"lr": 3e-3}), num_seeds=2, num_chunks=3)
+run_experiment(config, spec, root / "whole", progress=False, plot=False)
+run_experiment(config, spec, root / "part", progress=False, plot=False, max_chunks=1)
+run_experiment(None, None, root / "part", resume=True, progress=False, plot=False)
+whole, part = runlog.read_metrics(root / "whole"), runlog.read_metrics(root / "part")
+assert sorted(whole) == sorted(part)
+for name in whole:
+    np.testing.assert_array_equal(part[name], whole[name], err_msg=name)
+print("BITWISE")
+"""
+
+
+def test_resume_is_bitwise_at_the_users_xla_flags(tmp_path):
+    """The resume test above runs at the suite's XLA flags; a resumed run must equal the whole
+    run at XLA's defaults too (a subprocess, evaluation included)."""
+    import subprocess
+    import sys
+
+    from conftest import users_xla_env
+
+    proc = subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(tmp_path)],
+                          capture_output=True, text=True, env=users_xla_env(), timeout=280)
+    assert proc.returncode == 0 and "BITWISE" in proc.stdout, proc.stderr[-3000:]

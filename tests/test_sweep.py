@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import users_xla_env
 from jaxcredit.agents import sweep
 
 
@@ -98,9 +99,13 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_sharded_sweep_matches_single_device():
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
+@pytest.mark.parametrize("flags", ["suite", "users"])
+def test_sharded_sweep_matches_single_device(flags):
+    """At the suite's XLA flags and at the users' (XLA's defaults)."""
+    four = "--xla_force_host_platform_device_count=4"
+    env = (users_xla_env(four) if flags == "users" else dict(
+        os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + four).strip(),
+        JAX_PLATFORMS="cpu"))
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
