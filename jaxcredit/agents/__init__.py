@@ -15,7 +15,7 @@ import importlib
 from jaxcredit.agents.config import ALGO_PRESETS, ALGOS, Hparams, TrainConfig, stack_hparams
 
 _LAZY = {
-    "EnvRunner": "rollout", "EpisodeSummary": "rollout", "Transitions": "rollout",
+    "EnvRunner": "rollout", "EpisodeSummary": "rollout",
     "reset_runner": "rollout", "rollout": "rollout",
     "AgentState": "state", "TrainState": "state", "Window": "state",
     "Engine": "train", "make_engine": "train", "make_train": "train",
@@ -23,7 +23,7 @@ _LAZY = {
 
 __all__ = [
     "ALGOS", "ALGO_PRESETS", "AgentState", "Engine", "EnvRunner", "EpisodeSummary", "Hparams",
-    "TrainConfig", "TrainState", "Transitions", "Window", "make_engine", "make_train",
+    "TrainConfig", "TrainState", "Window", "make_engine", "make_train",
     "reset_runner", "rollout", "stack_hparams",
 ]
 

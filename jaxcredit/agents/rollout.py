@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxcredit.types import Trajectory
+
 Array = jax.Array
 
 
@@ -39,28 +41,6 @@ class EnvRunner:
     obs: Array
     episode_return: Array
     episode_length: Array
-
-
-@struct.dataclass
-class Transitions:
-    """What the actor records per step, all ``[T, N, ...]``; critic values are added later.
-
-    ``final_obs[t]`` is s'_{t+1}: the next observation, or the pre-reset one if the episode ended.
-    ``state[t]`` is the tabular index of s_t on environments with ground truth, else None.
-    ``extras[t]`` holds the environment's per-step ground truth (``env.step_extras``, e.g.
-    CommandChain's step labels) where it has some, else None.
-    """
-
-    obs: Array
-    action: Array
-    reward: Array
-    terminated: Array
-    truncated: Array
-    log_prob: Array
-    logits: Array
-    final_obs: Array
-    state: Optional[Array] = None
-    extras: Optional[dict] = None
 
 
 @struct.dataclass
@@ -115,7 +95,7 @@ def rollout(
     num_steps: int,
     state_index: Optional[Callable[[Any], Array]] = None,
     success: Optional[Callable[[Array, Array], Array]] = None,
-) -> tuple[EnvRunner, Transitions, EpisodeSummary]:
+) -> tuple[EnvRunner, Trajectory, EpisodeSummary]:
     """Acts for ``num_steps`` steps in every environment.
 
     Args:
@@ -124,7 +104,7 @@ def rollout(
       runner: current environments.
       key: PRNG key for actions and environment transitions.
       num_steps: T.
-      state_index: the environment's ``state_index`` (records ``Transitions.state``), or None.
+      state_index: the environment's ``state_index`` (records ``Trajectory.state``), or None.
       success: ``(obs, next_obs) -> bool [N]`` for goal-conditioned environments
         (``jaxcredit.envs.goals.success_fn``), to count the episodes that reached their goal.
 
@@ -154,10 +134,13 @@ def rollout(
         done = jnp.logical_or(terminated, truncated)
         episode_return = runner.episode_return + reward
         episode_length = runner.episode_length + 1
-        record = Transitions(
+        # The critic's values are zeros here: the engine evaluates the critic on the whole
+        # window after acting (and after relabelling, which may change the observations).
+        record = Trajectory(
             obs=runner.obs, action=action, reward=reward,
             terminated=terminated.astype(bool), truncated=truncated.astype(bool),
-            log_prob=log_prob, logits=logits, final_obs=info["final_observation"],
+            value=jnp.zeros_like(reward), next_value=jnp.zeros_like(reward),
+            log_prob=log_prob, logits=logits, next_obs=info["final_observation"],
             state=None if index_states is None else index_states(runner.env_state),
             extras=(None if extras_of is None
                     else extras_of(runner.env_state, action, env_params)),

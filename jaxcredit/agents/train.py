@@ -45,7 +45,7 @@ from jaxcredit.agents import credit_error
 from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
-from jaxcredit.agents.rollout import Transitions, reset_groups, reset_runner, rollout
+from jaxcredit.agents.rollout import reset_groups, reset_runner, rollout
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
                                    make_environment, strong)
 from jaxcredit.agents.stages import exact_twin, make_stages
@@ -213,9 +213,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             runner = (reset_groups(env, env_params, reset_key, N, config.group_size)
                       if hasattr(env, "reset_to_instance")
                       else reset_runner(env, env_params, reset_key, N))
-        runner, tr, episodes = rollout(env, env_params, policy, runner, act_key, T,
+        runner, traj, episodes = rollout(env, env_params, policy, runner, act_key, T,
                                        state_index, success)
-        traj = _trajectory(tr)
         if relabeller is not None:
             traj = relabeller.relabel(traj, relabel_key)
         traj = with_values(state.agent.params, traj)
@@ -447,12 +446,3 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                   redistributor=redistributor, ground_truth=ground_truth, init=init,
                   collect=collect, assign_credit=assign_credit, update_step=update_step,
                   evaluate=evaluate)
-
-
-def _trajectory(tr: Transitions) -> Trajectory:
-    """The acting record as a Trajectory (values are filled in after relabelling)."""
-    zeros = jnp.zeros_like(tr.reward)
-    return Trajectory(
-        obs=tr.obs, action=tr.action, reward=tr.reward, terminated=tr.terminated,
-        truncated=tr.truncated, value=zeros, next_value=zeros, log_prob=tr.log_prob,
-        logits=tr.logits, next_obs=tr.final_obs, state=tr.state, extras=tr.extras)
