@@ -5,12 +5,14 @@
 2. the exact reward hindsight against Monte-Carlo counts of (s_t, a_t, r_k) pairs on TreeMDP;
 3. COCOA with exact coefficients is unbiased against the exact policy gradient (TreeMDP,
    KeyToDoor) and has less variance than HCA+ where states overlap; the fitted model's KL to
-   the exact one is small;
+   the exact one is small (KeyToDoor; on TreeMDP it overfits, a strict xfail);
 4. the estimators run in the engine (fitted, oracle, features) with the KL metric, and bad
    options are one-line errors.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -317,28 +319,51 @@ def test_reward_hindsight_matches_pair_counts_on_tree_mdp():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env, env_kwargs, max_kl", [
-    # 512 episodes over a tree of 180 states: the fitted MLP overfits (KL 0.13, above the
-    # unfitted h = π's 0.033), so the KL is not checked there.
-    ("TreeMDP", (("state_overlap", 3),), None),
-    # The unfitted model (h = π) has KL 0.133 here; fitted 0.042.
-    ("KeyToDoor", (("length", 6),), 0.07)])
-def test_cocoa_with_exact_coefficients_is_unbiased_and_beats_hca_plus(env, env_kwargs, max_kl):
+# The two tasks of the checks below, and one diagnose run of each shared by both tests (the file
+# runs on one worker, so the second test reuses the first's run).
+COCOA_TASKS = {"TreeMDP": (("state_overlap", 3),), "KeyToDoor": (("length", 6),)}
+
+
+@functools.lru_cache(maxsize=None)
+def _diagnose_cocoa(env):
     config = D.DiagnoseConfig(
-        env=env, env_kwargs=env_kwargs,
+        env=env, env_kwargs=COCOA_TASKS[env],
         estimators=("cocoa_reward:model=oracle", "hca_state:model=oracle", "reinforce",
                     "cocoa_reward"),
         num_trajectories=4096, num_fit=512, fit_steps=150, gamma=1.0)
-    r = D.diagnose(config, seed=2, policy_scale=0.5)
+    return D.diagnose(config, seed=2, policy_scale=0.5)
+
+
+@pytest.mark.parametrize("env", list(COCOA_TASKS))
+def test_cocoa_with_exact_coefficients_is_unbiased_and_beats_hca_plus(env):
+    r = _diagnose_cocoa(env)
     exact = r["cocoa_reward:model=oracle"]
     assert float(exact["bias_db"]) < float(exact["floor_db"]) + 6.0
     assert float(exact["cosine"]) > 0.99
     # COCOA's claim: conditioning on the reward removes the spurious contributions of states.
     assert float(exact["var_db"]) < float(r["hca_state:model=oracle"]["var_db"]) - 1.0
     assert float(exact["var_db"]) < float(r["reinforce"]["var_db"]) - 1.0
-    # The fitted model is close to the exact one where it is used (pairs with r_k ≠ 0).
-    if max_kl is not None:
-        assert float(r["cocoa_reward"]["kl_to_exact"]) < max_kl
+
+
+# Measured (seed 2, policy scale 0.5, 512 fitting episodes, 150 Adam steps), with the KL of the
+# unfitted model h = π (fit_steps=0: the zero last layer of the policy-modulated MLP) beside it:
+#   KeyToDoor-6:       fitted 0.042, unfitted 0.127.
+#   TreeMDP overlap 3: fitted 0.130, unfitted 0.033; 30 steps 0.040, 300 steps 0.234; with 4096
+#                      fitting episodes (150 steps) 0.015.
+# The bound is a little above half the unfitted KL in both tasks: fitting has to bring the model
+# well towards the exact one, not merely keep it near h = π.
+TREE_OVERFIT = ("known overfit: on 512 episodes of TreeMDP (overlap 3, 95 states) the fitted "
+                "MLP's KL to the exact hindsight is 0.130 after 150 steps (0.234 after 300), "
+                "four times the unfitted h = pi's 0.033; 4096 episodes give 0.015")
+
+
+@pytest.mark.parametrize("env, max_kl", [
+    pytest.param("TreeMDP", 0.02, marks=pytest.mark.xfail(strict=True, reason=TREE_OVERFIT)),
+    ("KeyToDoor", 0.07)])
+def test_fitted_cocoa_model_is_close_to_the_exact_one(env, max_kl):
+    # Where the model is used: the pairs with r_k ≠ 0 of the evaluation batch.
+    kl = float(_diagnose_cocoa(env)["cocoa_reward"]["kl_to_exact"])
+    assert kl < max_kl, f"{env}: KL of the fitted model to the exact one {kl:.4f} >= {max_kl}"
 
 
 # ---------------------------------------------------------------------------------------------

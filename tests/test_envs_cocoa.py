@@ -11,6 +11,7 @@ return within five standard errors.
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -215,13 +216,32 @@ ALL_ENVS = ["key_to_door", "interleaving", "tree"]
 # ---------------------------------------------------------------------------- hand-checked facts
 
 
+def cocoa_track_by_inverse_cdf(length: int) -> np.ndarray:
+    """Cells 1..L-3 of COCOA's track from the uniforms behind it, without ``Generator.choice``.
+
+    COCOA draws the cells with ``default_rng(2022).choice([empty, left, right], L - 3,
+    p=(0.2, 0.4, 0.4))``. With replacement and ``p`` given, numpy's ``choice`` takes
+    u = ``random(L - 3)`` and returns ``a[cdf.searchsorted(u, side="right")]``, cdf = (0.2, 0.6, 1):
+    a cell is empty for u < 0.2, holds a left apple for 0.2 <= u < 0.6, a right one for u >= 0.6.
+    """
+    u = np.random.default_rng(2022).random(length - 3)
+    # No draw sits on a boundary (the nearest is 5e-4 away), so the rounding of cdf is moot.
+    assert np.abs(u[:, None] - np.array([0.2, 0.6])).min() > 1e-6
+    return np.where(u < 0.2, 0, np.where(u < 0.6, 1, 2))
+
+
 def test_key_to_door_fixed_layout_matches_cocoa_seed():
-    # numpy default_rng(2022), p = (0.2, 0.4, 0.4) over (empty, apple-left, apple-right).
-    np.testing.assert_array_equal(fixed_layout(23)[1:-2], [int(c) for c in "10202200122111122222"])
+    # The L = 23 track, written out: 16 of its 20 cells hold an apple (cell types 1 and 2).
+    track_23 = [int(c) for c in "10202200122111122222"]
+    np.testing.assert_array_equal(cocoa_track_by_inverse_cdf(23), track_23)
+    np.testing.assert_array_equal(fixed_layout(23)[1:-2], track_23)
     layout = fixed_layout(23)
     assert (layout[0], layout[-2], layout[-1]) == (4, 3, 0)  # key, door, empty treasure cell
-    apples = [KeyToDoor(n).num_apples for n in (23, 43, 63, 83, 103)]
-    assert apples == [16, 27, 44, 59, 77]
+    # The apple counts of the paper's lengths are the draws u >= 0.2 among the first L - 3.
+    lengths = (23, 43, 63, 83, 103)
+    derived = [int(np.sum(cocoa_track_by_inverse_cdf(n) > 0)) for n in lengths]
+    assert derived == [16, 27, 44, 59, 77]
+    assert [KeyToDoor(n).num_apples for n in lengths] == derived
 
 
 def test_key_to_door_reward_scaling():
@@ -253,13 +273,17 @@ def test_key_to_door_optimal_policy_collects_everything(key_to_door):
     returns, lengths = first_episode_returns(records)
     assert (lengths == 23).all()
     assert (records["reward"][-1] == np.float32(0.2)).all()  # treasure in every episode
-    assert_mean_close(returns, 8.2, "KeyToDoor-23 optimal return")
+    # Every apple (mean reward (0.1 + 0.9) / 2) and the treasure: 16 * 0.5 + 0.2.
+    assert_mean_close(returns, 16 * 0.5 + 0.2, "KeyToDoor-23 optimal return")
 
 
 def test_tree_level_sizes_and_state_counts():
     assert level_sizes(4, 6, 0) == [1, 6, 36, 216, 1296]
     assert level_sizes(4, 6, 5) == [1, 6, 11, 16, 21]  # b - o = 1: 1 + o i
     assert level_sizes(4, 6, 6) == [1, 6, 6, 6, 6]  # full overlap: the last action is the state
+    # Levels 0..3 by n_{i+1} = (6 - o) n_i + o, plus the terminal state: o = 0: 1 + 6 + 36 + 216
+    # + 1; o = 1: 1 + 6 + 31 + 156 + 1; o = 2: 1 + 6 + 26 + 106 + 1; o = 3: 1 + 6 + 21 + 66 + 1;
+    # o = 4: 1 + 6 + 16 + 36 + 1; o = 5: 1 + 6 + 11 + 16 + 1; o = 6: 1 + 6 + 6 + 6 + 1.
     counts = [TreeMDP(state_overlap=o).num_states for o in range(7)]
     assert counts == [260, 195, 140, 95, 60, 35, 20]
 
@@ -310,9 +334,33 @@ def test_interleaving_tabular_size_and_optimum(interleaving):
     v_random = exact_values(mdp, np.full((mdp.num_states, 2), 0.5))
     no_key = np.append((structure["status"] != 2).all(1), True)
     np.testing.assert_allclose(v_random[no_key] * 2, v_star[no_key], rtol=1e-6)  # float32 MDP
+    # The optimal value by hand. The dynamics are symmetric in the contexts and the first room
+    # is uniform, so every context expects the same number of paid answer rooms: V* is the mean
+    # context reward (0.2 + 0.4 + 0.6 + 0.8 + 1) / 5 = 0.6 times the expected number of answer
+    # rooms, each counted with the probability β^t, β = 0.95, that step t is taken (its reward
+    # is paid even if it ends the episode); the optimal policy holds every key, so all pay. Let
+    # Q_m be that number from a query room with m others open, A_k from an answer room with k
+    # open (itself included). After a query room m + 1 are open, after an answer room k - 1, and
+    # with n open the next room is an answer room w.p. n / 3:
+    #   Q_m = β [(m+1)/3 A_{m+1} + (1 - (m+1)/3) Q_{m+1}]           m = 0, 1, 2
+    #   A_k = 1 + β [(k-1)/3 A_{k-1} + (1 - (k-1)/3) Q_{k-1}]       k = 1, 2, 3
+    # (A_1 = 1 + β Q_0 and A_k = 1 + Q_{k-2}), solved by Q = (380, 399, 418) / 41 and
+    # A = (402, 421, 440) / 41, checked in exact arithmetic below. V* = 0.6 Q_0 = 228/41; the
+    # uniform policy takes each key w.p. 1/2 and earns half, 114/41.
+    beta = Fraction(19, 20)
+    q = [Fraction(n, 41) for n in (380, 399, 418)] + [Fraction(0)]  # Q_3: never reached
+    a = [Fraction(0)] + [Fraction(n, 41) for n in (402, 421, 440)]  # A_0: never reached
+    for m in range(3):
+        p = Fraction(m + 1, 3)
+        assert q[m] == beta * (p * a[m + 1] + (1 - p) * q[m + 1])
+    for k in range(1, 4):
+        p = Fraction(k - 1, 3)
+        assert a[k] == 1 + beta * (p * a[k - 1] + (1 - p) * q[k - 1])
+    np.testing.assert_allclose(env.context_rewards, [0.2, 0.4, 0.6, 0.8, 1.0], rtol=1e-6)
     initial = np.asarray(mdp.initial, np.float64)
-    np.testing.assert_allclose(initial @ v_star, 5.560975, rtol=1e-5)
-    np.testing.assert_allclose(initial @ v_random, 2.780487, rtol=1e-5)
+    assert Fraction(3, 5) * q[0] == Fraction(228, 41)
+    np.testing.assert_allclose(initial @ v_star, 228 / 41, rtol=1e-5)
+    np.testing.assert_allclose(initial @ v_random, 114 / 41, rtol=1e-5)
 
 
 def test_bad_arguments_raise_value_error():

@@ -6,6 +6,9 @@ that rollout's outputs in numpy.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -313,15 +316,47 @@ def test_bitflip_random_and_optimal():
                                   -(distance - 1.0))
 
 
-@pytest.mark.parametrize("n, documented", [(5, -4.587), (10, -9.948)])
-def test_bitflip_random_return_matches_docs(n, documented):
-    """docs/envs.md's Monte-Carlo random returns (20 000 episodes): within 4 standard errors."""
+def bitflip_random_return(n: int) -> Fraction:
+    """The exact expected return of the uniform random policy on BitFlip(n), independent of the
+    environment's code: the Hamming distance d to the goal is a Markov chain (a random bit flip
+    moves it to d − 1 w.p. d/n, else to d + 1), starting from Binomial(n, 1/2) given d ≥ 1
+    (g ≠ s₀ uniform); every step that does not reach d = 0 pays −1, reaching it ends the
+    episode, and the time limit is n steps."""
+    p = {d: Fraction(math.comb(n, d), 2**n - 1) for d in range(1, n + 1)}
+    total = Fraction(0)
+    for _ in range(n):
+        step = {}
+        for d, q in p.items():
+            if d < n:
+                step[d + 1] = step.get(d + 1, 0) + q * Fraction(n - d, n)
+            if d > 1:
+                step[d - 1] = step.get(d - 1, 0) + q * Fraction(d, n)
+        total -= sum(step.values())  # −1 on every step that has not reached the goal
+        p = step
+    return total
+
+
+def test_bitflip_exact_random_return_hand_cases():
+    # n = 1: d = 1 always, the one flip reaches the goal: return 0.
+    assert bitflip_random_return(1) == 0
+    # n = 2: d = 1 w.p. 2/3 (then the goal w.p. 1/2, else d = 2 and −1, then d = 1 and −1);
+    # d = 2 w.p. 1/3 (d = 1 surely: −1, then the goal w.p. 1/2, else −1):
+    # 2/3 · (1/2 · 0 + 1/2 · (−2)) + 1/3 · (−1 + 1/2 · (−1)) = −2/3 − 1/2 = −7/6.
+    assert bitflip_random_return(2) == Fraction(-7, 6)
+
+
+@pytest.mark.parametrize("n, exact", [(5, Fraction(-17774, 3875)),
+                                      (10, Fraction(-636259172501, 63937500000))])
+def test_bitflip_random_return_matches_the_exact_value(n, exact):
+    """docs/envs.md's random returns (−4.587 and −9.951): the exact Markov-chain value, and the
+    environment's Monte-Carlo mean (20 000 episodes) within 4 standard errors of it."""
+    assert bitflip_random_return(n) == exact
     env = BitFlip(n=n)
     _, traj = rollout(EpisodeStats(env), env.default_params, random_policy(n), 20_000, n, seed=3)
     first = np.argmax(traj["episode_done"], axis=0)
     returns = traj["episode_return"][first, np.arange(20_000)]
     assert traj["episode_done"].any(axis=0).all()  # every episode ends within n steps
-    assert abs(returns.mean() - documented) < 4 * returns.std() / np.sqrt(20_000) + 1e-3
+    assert abs(returns.mean() - float(exact)) < 4 * returns.std() / np.sqrt(20_000)
 
 
 # --------------------------------------------------------------------------------------------
