@@ -9,7 +9,7 @@ import pytest
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.envs import make as make_env
 from jaxcredit.relabel import make_relabeller
-from jaxcredit.relabel.her import choose_goal_steps, episode_ids, relabel_goals
+from jaxcredit.relabel.her import apply_goals, choose_goal_steps, episode_ids, relabel_goals
 from jaxcredit.types import Trajectory
 
 ENV, _ = make_env("BitFlip", n=2)
@@ -233,6 +233,26 @@ def test_a_termination_that_is_not_a_success_stays_terminal():
     out, _ = relabel_goals(ENV, traj, jax.random.key(0), 0, "final", k=10 ** 6)
     np.testing.assert_array_equal(np.asarray(out.terminated[:2, 0]), [False, True])
     np.testing.assert_array_equal(np.asarray(out.truncated[:2, 0]), [False, False])
+
+
+def test_a_pit_stays_terminal_for_a_goal_reached_elsewhere_or_never():
+    # The check above relabels to 11, reached on the pit step itself, so the new goal's success
+    # alone terminates that step. Here neither goal is reached on the pit step: only the stored
+    # termination can keep it terminal. s0 = 00 -> 01 -> 11 falls into a pit after step 1
+    # (terminated; the original goal 10 is never reached). Column 0 is relabelled to 01,
+    # reached one step before the pit; column 1 to 00, never reached in the episode.
+    pit = window([[0, 0], [0, 1], [1, 1], [0, 0]], [1, 0], done_at=(1,), terminated_at=(1,))
+    traj = jax.tree.map(lambda x: jnp.concatenate([x, x], axis=1), pit)
+    goal = jnp.array([[0, 1], [0, 0]], jnp.float32)
+    out = apply_goals(ENV, traj, ENV.achieved_goal(traj.next_obs), goal,
+                      jnp.array([True, True]))
+    np.testing.assert_array_equal(np.asarray(out.obs[:2, :, 2:]), [[[0, 1], [0, 0]]] * 2)
+    # Rewards on steps 0, 1 (achieved 01, then 11): goal 01 is met at step 0 only, 00 never.
+    np.testing.assert_array_equal(np.asarray(out.reward[:2]), [[0.0, -1.0], [-1.0, -1.0]])
+    # Step 0 terminates for goal 01 by its success; step 1 is the pit's termination for both
+    # goals: not a success of 01 or 00, not of the original 10, and not a time-out.
+    np.testing.assert_array_equal(np.asarray(out.terminated[:2]), [[True, False], [True, True]])
+    np.testing.assert_array_equal(np.asarray(out.truncated[:2]), [[False, False], [False, False]])
 
 
 def test_her_refuses_a_reward_changing_wrapper():

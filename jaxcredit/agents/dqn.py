@@ -228,8 +228,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
                                        None, success)
         stored = replay.add(state.replay, Step(
             obs=tr.obs, action=tr.action.astype(jnp.int32), reward=tr.reward,
-            terminated=tr.terminated, truncated=tr.truncated, next_obs=tr.final_obs,
-            achieved_goal=None if goals is None else goals.achieved_goal(tr.final_obs)))
+            terminated=tr.terminated, truncated=tr.truncated, next_obs=tr.next_obs,
+            achieved_goal=None if goals is None else goals.achieved_goal(tr.next_obs)))
         state = state.replace(replay=stored, runner=runner)
         lr = hparams.lr * (1.0 - state.update.astype(jnp.float32) / U
                            if config.anneal_lr else 1.0)
