@@ -185,30 +185,35 @@ def sweep_settings(args) -> tuple[list[dict], tuple[str, ...]]:
     if grid:
         axes = {}
         for item in grid:
-            if "=" not in item:
-                raise UsageError(f"--grid entries look like NAME=V1,V2, got {item!r}")
-            name, values = item.split("=", 1)
-            try:
-                axes[hp_name(name)] = [float(v) for v in values.split(",") if v]
-            except ValueError:
-                raise UsageError(f"--grid {item!r}: values must be numbers") from None
+            name, values = _numbers(item, "--grid", "NAME=V1,V2", values_sep=",")
+            axes[name] = values
         settings = sweep.grid(**axes)
     elif random:
         ranges = {}
         for item in random:
-            if "=" not in item:
-                raise UsageError(f"--random entries look like NAME=LOW:HIGH[:log], got {item!r}")
-            name, spec = item.split("=", 1)
-            parts = spec.split(":")
-            try:
-                ranges[hp_name(name)] = tuple(float(p) for p in parts[:2]) + tuple(parts[2:])
-            except ValueError:
-                raise UsageError(f"--random {item!r}: bounds must be numbers") from None
+            name, bounds = _numbers(item, "--random", "NAME=LOW:HIGH[:log]", values_sep=":")
+            ranges[name] = bounds
         settings = sweep.random_search(args.sample_seed, args.num_samples, **ranges)
     else:
         raise UsageError("a sweep needs --grid NAME=V1,V2 ... or --random NAME=LOW:HIGH ...")
     swept = tuple(settings[0])
     return [{**base, **s} for s in settings], swept
+
+
+def _numbers(item: str, flag: str, form: str, values_sep: str) -> tuple[str, Any]:
+    """``NAME=...`` of a --grid (``V1,V2``: a list of numbers) or --random (``LOW:HIGH[:log]``:
+    two numbers and the scale) entry, the name as the Hparams field; one-line UsageErrors."""
+    if "=" not in item:
+        raise UsageError(f"{flag} entries look like {form}, got {item!r}")
+    name, text = item.split("=", 1)
+    parts = text.split(values_sep)
+    try:
+        if values_sep == ",":
+            return hp_name(name), [float(v) for v in parts if v]
+        return hp_name(name), tuple(float(p) for p in parts[:2]) + tuple(parts[2:])
+    except ValueError:
+        what = "values" if values_sep == "," else "bounds"
+        raise UsageError(f"{flag} {item!r}: {what} must be numbers") from None
 
 
 def _default(f: dataclasses.Field) -> Any:
