@@ -36,9 +36,12 @@ class Registry:
         self.kind = kind
         self._entries: dict[str, Factory] = dict(entries or {})
 
-    def registered(self) -> list[str]:
-        """The registered names, sorted."""
-        return sorted(self._entries)
+    def registered(self, package: Optional[str] = None) -> list[str]:
+        """The registered names, sorted; with ``package``, only those whose factory is a
+        ``"module:factory"`` path inside it (``"jaxcredit"``: the parts the package ships)."""
+        return sorted(name for name, target in self._entries.items()
+                      if package is None or (isinstance(target, str)
+                                             and target.split(".")[0].split(":")[0] == package))
 
     def register(self, name: str, factory: Factory) -> None:
         """Adds (or replaces) ``name``; ``factory`` is a callable or ``"module:function"``."""
