@@ -248,6 +248,7 @@ def ref_state_hca(traj, state, table, gamma, bootstrap):
     table = np.asarray(table, np.float64)
     adv = np.zeros((num_steps, num_envs, num_actions))
     ce_sum, w_sum = 0.0, 0.0
+    d_table = np.zeros_like(table)  # d(Σ w·CE)/d table: w (h − 1[a = a_t]) at (s_t, s_k)
     for n in range(num_envs):
         rt = r[:, n].copy()
         if bootstrap:
@@ -268,9 +269,10 @@ def ref_state_hca(traj, state, table, gamma, bootstrap):
                 w = gamma ** (k - t - 1)
                 ce_sum += -w * np.log(h[action[t, n]])
                 w_sum += w
+                d_table[state[t, n], state[k, n]] += w * (h - np.eye(num_actions)[action[t, n]])
                 ended = term[k, n] or trunc[k, n]
                 k += 1
-    return adv, ce_sum / w_sum
+    return adv, ce_sum / w_sum, d_table / w_sum
 
 
 @pytest.mark.parametrize("bootstrap", [True, False])
@@ -279,7 +281,7 @@ def test_state_hca_chunked_equals_plain_reference(bootstrap):
     table = jax.random.normal(jax.random.key(6), (5, 5, 3))
     gamma = 0.9
     hp = Hparams.create(gamma=gamma, lambda_=0.9)
-    ref_adv, ref_loss = ref_state_hca(traj, state, table, gamma, bootstrap)
+    ref_adv, ref_loss, ref_grad = ref_state_hca(traj, state, table, gamma, bootstrap)
     for chunk in ((1, 4) if bootstrap else (4,)):
         est = make_estimator("hca_state", model="tabular", num_states=5, chunk=chunk,
                              bootstrap=bootstrap, policy_modulated=False)
@@ -287,6 +289,69 @@ def test_state_hca_chunked_equals_plain_reference(bootstrap):
         np.testing.assert_allclose(est.assign(params, traj, hp, KEY).advantage, ref_adv,
                                    rtol=2e-4, atol=2e-4)
         np.testing.assert_allclose(est.loss(params, traj, hp, KEY)[0], ref_loss, rtol=1e-4)
+        # The gradient the fit takes (hca.chunked_sum: value and gradient in one pass).
+        value, grad = jax.value_and_grad(lambda p: est.loss(p, traj, hp, KEY)[0])(params)
+        np.testing.assert_allclose(value, ref_loss, rtol=1e-4)
+        np.testing.assert_allclose(grad["table"], ref_grad, rtol=1e-4, atol=1e-6)
+
+
+def _plain_chunk_loss(params, rows, valid, x, labels):
+    """A chunk's loss: rows, validity, a float and an integer row argument."""
+    logits = jnp.tanh(x @ params["w"] + params["b"]) * params["scale"]
+    picked = jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1)[:, 0]
+    return jnp.sum(valid * (rows + 1.0) * picked)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7])
+def test_chunked_sum_gives_the_value_and_gradient_of_the_plain_sum(chunk):
+    """7 rows in chunks of 3: a padded chunk, whose rows must not count."""
+    key = jax.random.split(jax.random.key(0), 4)
+    params = {"w": jax.random.normal(key[0], (5, 3)), "b": jax.random.normal(key[1], (3,)),
+              "scale": jnp.asarray(1.5)}
+    x = jax.random.normal(key[2], (7, 5))
+    labels = jax.random.randint(key[3], (7,), 0, 3)
+
+    def plain(p):
+        return _plain_chunk_loss(p, jnp.arange(7), jnp.ones(7, bool), x, labels)
+
+    def chunked(p):
+        return H.chunked_sum(_plain_chunk_loss, p, 7, chunk, x, labels)
+
+    value, grad = jax.value_and_grad(chunked)(params)
+    ref_value, ref_grad = jax.value_and_grad(plain)(params)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-7),
+                 grad, ref_grad)
+    # The cotangent scales the stored gradient; vmapped over a batch of parameters too.
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, -2.5 * r, rtol=1e-5, atol=1e-7),
+                 jax.grad(lambda p: -2.5 * chunked(p))(params), ref_grad)
+    batch = jax.tree.map(lambda v: jnp.stack([v, 2 * v]), params)
+    per = jax.vmap(jax.grad(chunked))(batch)
+    ref = jax.vmap(jax.grad(plain))(batch)
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5), per, ref)
+
+
+def test_relu_pair_logits_gradient_matches_autodiff():
+    """The written-out gradient of the pair head, for the broadcasts both pair layouts use:
+    grouped ([C, N, 1, H] + [U, H]) and pairwise ([C, 1, H] + [C, K, H])."""
+    key = jax.random.split(jax.random.key(1), 6)
+    kernel = jax.random.normal(key[0], (6, 4))
+    bias = jax.random.normal(key[1], (4,))
+
+    def plain(src, tgt, kernel, bias):
+        return jax.nn.relu(src + tgt) @ kernel + bias
+
+    for src_shape, tgt_shape in (((3, 2, 1, 6), (5, 6)), ((3, 1, 6), (3, 7, 6))):
+        src = jax.random.normal(key[2], src_shape)
+        tgt = jax.random.normal(key[3], tgt_shape)
+        out = plain(src, tgt, kernel, bias)
+        cotangent = jax.random.normal(key[4], out.shape)
+        np.testing.assert_allclose(hm.relu_pair_logits(src, tgt, kernel, bias), out, rtol=1e-6)
+        got = jax.vjp(hm.relu_pair_logits, src, tgt, kernel, bias)[1](cotangent)
+        ref = jax.vjp(plain, src, tgt, kernel, bias)[1](cotangent)
+        for g, r in zip(got, ref):
+            assert g.shape == r.shape
+            np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
 
 
 def test_state_hca_sampled_pairs_are_unbiased():

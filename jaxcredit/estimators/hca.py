@@ -44,6 +44,7 @@ from typing import Any, Optional, Union
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcredit.estimators import hindsight_models as hm
 
@@ -197,6 +198,77 @@ def chunked_rows(fn, num_rows: int, chunk: int, *row_args):
         lambda x: jnp.reshape(x, (n_chunks * chunk,) + x.shape[2:])[:num_rows], out)
 
 
+def _zero_cotangent(x: Array):
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(x.shape, jax.dtypes.float0)
+
+
+def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args) -> Array:
+    """Σ over chunks of ``fn(params, rows, row_valid, *row_args[rows])`` (a scalar per chunk),
+    chunked as :func:`chunked_rows`, with its gradient with respect to ``params`` computed in
+    the same pass.
+
+    A loss summed over chunks and differentiated by ``jax.value_and_grad`` would otherwise run
+    every chunk's forward pass twice: once for the value and once again, rematerialised, for the
+    gradient. Here each chunk's value and gradient come from one ``jax.value_and_grad`` of the
+    chunk and the gradients are summed as they go (a ``[*params]`` carry, nothing per row kept);
+    the backward pass only scales them by the cotangent. Gradients flow to ``params`` only: the
+    row arguments are the data of a fit (no gradient reaches them), and the function supports
+    reverse-mode differentiation once (no ``jax.jvp``, no second derivatives).
+    """
+    chunk = max(1, min(chunk, num_rows))
+    n_chunks = -(-num_rows // chunk)
+    pad = n_chunks * chunk - num_rows
+
+    def forward(params, *args):
+        # Integer leaves of the parameters (indices, sizes) are constants of the sum.
+        leaves, treedef = jax.tree.flatten(params)
+        inexact = [jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact) for x in leaves]
+
+        def of_inexact(inexact_leaves, *xs):
+            it = iter(inexact_leaves)
+            full = [next(it) if d else x for x, d in zip(leaves, inexact)]
+            return fn(jax.tree.unflatten(treedef, full), *xs)
+
+        rows = jnp.arange(n_chunks * chunk, dtype=jnp.int32)
+        row_valid = rows < num_rows
+        rows = jnp.minimum(rows, num_rows - 1)
+        padded = [jnp.reshape(jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)),
+                              (n_chunks, chunk) + a.shape[1:]) for a in args]
+        differentiated = [x for x, d in zip(leaves, inexact) if d]
+
+        def one(carry, xs):
+            value, grad = jax.value_and_grad(of_inexact)(differentiated, *xs)
+            return jax.tree.map(jnp.add, carry, (value, grad)), None
+
+        zero = (jnp.zeros((), jnp.float32), [jnp.zeros_like(x) for x in differentiated])
+        (value, grad), _ = jax.lax.scan(
+            one, zero, (rows.reshape(n_chunks, chunk), row_valid.reshape(n_chunks, chunk),
+                        *padded))
+        it = iter(grad)
+        grad = [next(it) if d else None for d in inexact]
+        return value, grad
+
+    @jax.custom_vjp
+    def total(params, *args):
+        return forward(params, *args)[0]
+
+    def total_fwd(params, *args):
+        value, grad = forward(params, *args)
+        return value, (grad, params, args)
+
+    def total_bwd(residuals, g):
+        grad, params, args = residuals
+        leaves, treedef = jax.tree.flatten(params)
+        cotangents = [_zero_cotangent(x) if d is None else g * d for x, d in zip(leaves, grad)]
+        return (jax.tree.unflatten(treedef, cotangents), *(_zero_cotangent(a) for a in args))
+
+    total.defvjp(total_fwd, total_bwd)
+    return total(params, *row_args)
+
+
 def state_hca_future_credit(
     model: hm.StateHindsightModel,
     params: Any,
@@ -280,17 +352,23 @@ def state_hca_pair_loss(
     """
     num_steps = reward.shape[0]
 
-    def rows_fn(t, t_valid, offs, scl):
-        k, valid, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits, episode,
-                                              t, offs)
-        ce = -jnp.take_along_axis(log_h, action[t][:, None, None], axis=-1)[..., 0]
+    def pair_weight(t, t_valid, offs, scl):
+        k = jnp.minimum(t[:, None] + offs, num_steps - 1)
+        valid = (t[:, None] + offs < num_steps) & (episode[k] == episode[t][:, None])
         weight = valid * t_valid[:, None] * scl * gamma ** (offs - 1).astype(reward.dtype)
-        if mask_zero_reward:
-            weight = weight * (reward[k] != 0)
-        return (weight * ce).sum(-1), weight.sum(-1)
+        return weight * (reward[k] != 0) if mask_zero_reward else weight
 
-    ce, w = chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
-    return ce.sum(), w.sum()
+    def ce_sum(differentiable, t, t_valid, offs, scl):
+        model_params, src_, tgt_ = differentiable
+        _, _, log_h = _pair_log_hindsight(model, model_params, src_, tgt_, policy_logits,
+                                          episode, t, offs)
+        ce = -jnp.take_along_axis(log_h, action[t][:, None, None], axis=-1)[..., 0]
+        return (pair_weight(t, t_valid, offs, scl) * ce).sum()
+
+    # The source and target features carry the gradient to their projections.
+    ce = chunked_sum(ce_sum, (params, src, tgt), num_steps, chunk, offsets, scale)
+    w = chunked_rows(lambda *a: pair_weight(*a).sum(-1), num_steps, chunk, offsets, scale)
+    return ce, w.sum()
 
 
 def state_pair_hindsight(
