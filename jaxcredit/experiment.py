@@ -219,6 +219,10 @@ CREDIT_ERROR_METRICS = {
     "credit/grad_cos_fitted": "cos(policy gradient of the fitted credit, exact ∇J)",
     "credit/grad_cos_oracle": "cos(policy gradient of the exact model's credit, exact ∇J), "
                               "same windows",
+    # The decisive steps' credit error split by the reward value that carries it
+    # (agents.credit_error.reward_value_errors; the environment's values in its own order).
+    **{f"credit/rmse_decisive_reward{i}": f"credit RMSE at the decisive steps carried by the "
+                                          f"rewards of value {i}" for i in range(8)},
 }
 
 

@@ -129,9 +129,10 @@ def test_credit_error_metrics_appear_at_evaluation_points_only():
                          total_timesteps=4 * 6 * 4, eval_every=2, eval_episodes=4)
     engine = make_engine(config)
     _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
+    # KeyToDoor's four reward values: 0, the two apples, the treasure.
     for name in ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
-                 "grad_cos_fitted",
-                 "grad_cos_oracle", "grad_cos_to_oracle"):
+                 "grad_cos_fitted", "grad_cos_oracle", "grad_cos_to_oracle",
+                 *(f"rmse_decisive_reward{i}" for i in range(4))):
         values = np.asarray(metrics[f"credit/{name}"])
         assert np.isnan(values[[0, 2]]).all() and np.isfinite(values[[1, 3]]).all(), name
 
@@ -151,3 +152,62 @@ def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
         for name in ("estimator/kl_to_exact", "credit/rmse_to_exact", "credit/grad_cos_oracle",
                      "credit/ratio_rmse_to_exact"):
             assert np.isfinite(np.asarray(metrics[name])).all() == finite, (gamma, name)
+
+
+def test_reward_value_windows_split_rewards_and_bootstrap_by_value():
+    from jaxcredit.types import Trajectory
+
+    reward = jnp.array([[0.0], [1.0], [5.0], [1.1], [4.0]])
+    next_value = jnp.array([[0.5], [0.25], [2.0], [3.0], [7.0]])
+    zeros = jnp.zeros((5, 1))
+    traj = Trajectory(obs=zeros, action=zeros.astype(jnp.int32), reward=reward,
+                      terminated=zeros.astype(bool), truncated=zeros.astype(bool), value=zeros,
+                      next_value=next_value, log_prob=zeros, logits=jnp.zeros((5, 1, 2)))
+    windows = CE.reward_value_windows(traj, jnp.array([0.0, 1.0, 5.0]))
+    # Nearest values: 0 -> 0, 1 and 1.1 -> 1, 5 and 4 -> 5.
+    np.testing.assert_allclose(windows[1].reward[:, 0], [0, 1, 0, 1.1, 0])
+    np.testing.assert_allclose(windows[2].reward[:, 0], [0, 0, 5, 0, 4])
+    np.testing.assert_allclose(windows[2].next_value[:, 0], [0, 0, 2, 0, 7])
+    np.testing.assert_allclose(sum(w.reward for w in windows), reward)
+    np.testing.assert_allclose(sum(w.next_value for w in windows), next_value)
+
+
+def test_the_credit_error_splits_exactly_by_reward_value():
+    """cocoa_reward's credit is linear in the later rewards and the immediate term is the same
+    for both models, so the errors of the per-value windows add up to the whole error (episode
+    ends of both kinds, bootstrap on)."""
+    from jaxcredit import envs
+    from jaxcredit.diagnostics import program as P
+    from jaxcredit.estimators import make_estimator
+    from jaxcredit.exact import tabular
+
+    env, env_params = envs.make("KeyToDoor", length=8)
+    truth = gt_lib.make_ground_truth(env, env_params, need_return_law=False,
+                                     need_reward_values=True)
+    mdp = truth.mdp()
+    pi = tabular.softmax_policy(0.3 * jax.random.normal(jax.random.key(1),
+                                                        (mdp.num_states, mdp.num_actions)))
+    batch = P.sample_episodes(mdp, pi, jax.random.key(2), 128, 12, truth.reward_values)
+    traj = P.episodes_to_trajectory(mdp, pi, batch, jnp.ones(mdp.num_states))
+    key = jax.random.split(jax.random.key(3), 3)
+    traj = traj.replace(truncated=jax.random.bernoulli(key[0], 0.2, traj.done.shape)
+                        & ~traj.terminated,
+                        next_value=jax.random.normal(key[1], traj.done.shape))
+    hp = Hparams.create(gamma=0.9)
+    fitted = make_estimator("cocoa_reward", env=env, env_params=env_params, hidden=8)
+    params = fitted.init(key[2], traj)
+    params = jax.tree.map(lambda p: p + 0.5 * jax.random.normal(key[2], p.shape), params)
+    oracle = fitted.oracle()
+    exact = gt_lib.exact_model_params("reward_hindsight", truth, mdp, pi, 0.9)
+
+    def error(window):
+        return (fitted.assign(params, window, hp, key[0]).advantage
+                - oracle.assign(exact, window, hp, key[0]).advantage)
+
+    parts = [error(w) for w in CE.reward_value_windows(traj, truth.reward_values[0])]
+    # Every non-zero value that occurs in the window carries some error of its own.
+    occurs = [bool(jnp.any(w.reward != 0)) for w in CE.reward_value_windows(
+        traj, truth.reward_values[0])]
+    assert sum(occurs) >= 3
+    assert all(float(jnp.abs(p).max()) > 1e-4 for p, o in zip(parts, occurs) if o)
+    np.testing.assert_allclose(sum(parts), error(traj), atol=1e-5)

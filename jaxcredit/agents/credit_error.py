@@ -19,6 +19,15 @@ estimator's exact model (the oracle twin), on the same window and key, and compa
 
 The oracle's own error is 0 by construction; the gradient cosines are the only numbers that
 compare both with the truth.
+
+For the contribution estimators (``hca_state``, ``cocoa_reward``, ``cocoa_feature``) the credit
+is linear in the later rewards, A[t, a] = immediate + Σ_{k>t} γ^{k−t} (w(s_t, a, u_k) − 1) r̃_k,
+and the immediate term is the same for both models, so the error splits exactly by the value of
+the reward it comes from: ``rmse_decisive_reward{i}`` is the error at the decisive steps of the
+credit that the rewards of value ``values[i]`` carry (:func:`reward_value_windows`; the values
+in the order of ``exact.ground_truth.reward_value_law``, KeyToDoor's: 0, the low apple, the high
+apple, the treasure). On KeyToDoor it separates the treasure's coefficient (the task) from the
+apples' (the distractor).
 """
 
 from __future__ import annotations
@@ -27,7 +36,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxcredit.types import Trajectory
+
 Array = jax.Array
+
+# The exact models of estimators whose credit is linear in the later rewards (module doc).
+LINEAR_IN_REWARD = ("state_hindsight", "reward_hindsight")
 
 # A step is decisive when its state's exact advantage spread is at least this share of the
 # largest spread over the MDP.
@@ -83,3 +97,24 @@ def credit_error(fitted: Array, exact: Array, action: Array, decisive: Array) ->
         "sign_agreement": jnp.where(count > 0, jnp.sum(agree & decisive) / count, jnp.nan),
         "decisive_steps": count.astype(jnp.float32),
     }
+
+
+def reward_value_windows(traj: Trajectory, values: Array) -> list[Trajectory]:
+    """One copy of ``traj`` per reward value, each keeping only the rewards nearest that value
+    (and the bootstrap value of those steps, which a contribution estimator credits with its
+    step's reward): the copies' rewards and bootstrap values sum to the original's."""
+    index = jnp.argmin(jnp.abs(traj.reward[..., None] - values), axis=-1)
+    return [traj.replace(reward=jnp.where(index == i, traj.reward, 0.0),
+                         next_value=jnp.where(index == i, traj.next_value, 0.0))
+            for i in range(values.shape[0])]
+
+
+def reward_value_errors(assign_fitted, assign_exact, traj: Trajectory, values: Array,
+                        decisive: Array) -> dict:
+    """``rmse_decisive_reward{i}``: the decisive steps' error of the taken action's credit
+    carried by the rewards of value ``values[i]``; ``assign_*`` map a window to its credit."""
+    metrics = {}
+    for i, window in enumerate(reward_value_windows(traj, values)):
+        error = credit_error(assign_fitted(window), assign_exact(window), traj.action, decisive)
+        metrics[f"rmse_decisive_reward{i}"] = error["rmse_decisive"]
+    return metrics

@@ -386,6 +386,12 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         mdp = ground_truth.mdp()
         decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma))
         metrics = credit_error.credit_error(fitted, oracle, traj.action, decisive[traj.state])
+        if (estimator.exact_model in credit_error.LINEAR_IN_REWARD
+                and ground_truth.reward_values is not None):
+            metrics.update(credit_error.reward_value_errors(
+                lambda w: estimator.assign(state.estimator.params, w, hparams, key).advantage,
+                lambda w: twin.assign(exact, w, hparams, key).advantage, traj,
+                ground_truth.reward_values[0], decisive[traj.state]))
 
         def estimated_gradient(advantage):
             return jax.grad(lambda p: credit_error.policy_surrogate(
