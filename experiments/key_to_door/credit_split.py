@@ -1,0 +1,98 @@
+"""Which coefficient a fitted COCOA model gets wrong: the decisive steps' credit error split by the
+reward value that carries it, read from finished KeyToDoor runs.
+
+``cocoa_reward``'s credit is linear in the later rewards and its immediate term is the same for the
+fitted and the exact model, so at every evaluation the engine splits the error of the credit at the
+decisive steps (the key at s₀, the door) exactly over KeyToDoor's reward values
+(``credit/rmse_decisive_reward{i}``, ``jaxcredit.agents.credit_error.reward_value_errors``): 0, the
+low apple (0.1·23/L), the high apple (0.9·23/L) and the treasure (0.2·23/L). This script averages
+them over quarters of training and per seed, beside the final treasure rate.
+
+    python experiments/key_to_door/run.py --size cocoa --lengths 103 --learners cocoa_reward \\
+        --out runs/experiments/key_to_door-split
+    python experiments/key_to_door/credit_split.py \\
+        runs/experiments/key_to_door-split/cocoa/L103/cocoa_reward [more run dirs] \\
+        [--out results/credit_split_L103.md]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+from typing import Optional
+
+import numpy as np
+import tyro
+
+from jaxcredit import runlog
+
+# KeyToDoor's reward values in the order of its reward law (envs/key_to_door.py).
+GROUPS = (("reward1", "low apple"), ("reward2", "high apple"), ("reward3", "treasure"))
+COLUMNS = (("eval/treasure_rate", "treasure rate"), ("credit/rmse_decisive", "RMSE, decisive"),
+           *((f"credit/rmse_decisive_{key}", f"… from the {name}") for key, name in GROUPS),
+           ("credit/sign_agreement", "sign agreement"),
+           ("credit/grad_cos_fitted", "cos(∇ fitted, ∇J)"),
+           ("credit/grad_cos_oracle", "cos(∇ exact model, ∇J)"))
+
+
+@dataclasses.dataclass
+class Args:
+    """The decisive steps' credit error of finished runs, split by reward value."""
+
+    runs: tyro.conf.Positional[tuple[str, ...]]
+    """run directories (one per learner / setting) of experiments/key_to_door/run.py"""
+    quarters: int = 4
+    """rows per run: the updates split into this many equal parts"""
+    out: Optional[str] = None
+    """also write the markdown here"""
+
+
+def evaluated(run: pathlib.Path) -> dict[str, np.ndarray]:
+    metrics = runlog.read_metrics(run)
+    if "credit/rmse_decisive_reward2" not in metrics:
+        raise ValueError(f"{run} has no credit/rmse_decisive_reward* metrics (cocoa_reward on "
+                         f"KeyToDoor, jaxcredit at 70c18be or later)")
+    rows = np.isfinite(metrics["credit/rmse_decisive"])
+    return {k: v[rows] for k, v in metrics.items()}
+
+
+def report(run: pathlib.Path, quarters: int) -> list[str]:
+    m = evaluated(run)
+    update, seed = m["update"], m["seed"]
+    edges = np.linspace(0, update.max(), quarters + 1)
+    head = "| updates | " + " | ".join(title for _, title in COLUMNS) + " |"
+    lines = [f"### {run}", "", "Means over seeds and the evaluations in each part:", "", head,
+             "|" + "---|" * (len(COLUMNS) + 1)]
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        part = (update > lo) & (update <= hi)
+        cells = [f"{np.mean(m[k][part]):.4f}" for k, _ in COLUMNS]
+        lines.append(f"| {int(lo) + 1}–{int(hi)} | " + " | ".join(cells) + " |")
+    first = update <= edges[1]
+    lines += ["", f"Per seed, updates 1–{int(edges[1])}, and the final treasure rate:", "",
+              "| seed | " + " | ".join(t for _, t in COLUMNS) + " | final rate |",
+              "|" + "---|" * (len(COLUMNS) + 2)]
+    for s in np.unique(seed):
+        rows = first & (seed == s)
+        last = np.flatnonzero(seed == s)[np.argmax(update[seed == s])]
+        cells = [f"{np.mean(m[k][rows]):.4f}" for k, _ in COLUMNS]
+        lines.append(f"| {s} | " + " | ".join(cells) + f" | {m['eval/treasure_rate'][last]:.3f} |")
+    return lines + [""]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = tyro.cli(Args, args=argv)
+    try:
+        lines = [line for run in args.runs for line in report(pathlib.Path(run), args.quarters)]
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        pathlib.Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
