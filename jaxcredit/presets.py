@@ -47,6 +47,11 @@ LEARNERS: dict[str, dict[str, Any]] = {
     # Counterfactual contributions (COCOA): the object is the reward value or a learned feature.
     "cocoa_reward": dict(algo="a2c", estimator="cocoa_reward"),
     "cocoa_feature": dict(algo="a2c", estimator="cocoa_feature"),
+    # COCOA's hypernet with leaky two-sided outputs, which cannot die (not COCOA's own:
+    # hindsight_models.relu_gate; experiments/key_to_door, "Which coefficient fails").
+    "cocoa_reward leaky": dict(algo="a2c", estimator="cocoa_reward",
+                               estimator_options=(("gate_leak", 0.01), ("hidden", 256),
+                                                  ("model", "hypernet"))),
     # The hindsight model fitted on the 16 most recent windows instead of the fresh one only.
     "cocoa_reward replay16": dict(algo="a2c", estimator="cocoa_reward", estimator_fit_windows=16),
     # Return decomposition: GAE on the rewards RUDDER redistributes.

@@ -275,6 +275,28 @@ def test_hypernet_hindsight_hand_cases():
                                np.array([0.25, 0.21, 0.16]) / 0.62, atol=1e-6)
     # relu_gate: relu of the first half minus relu of the second.
     np.testing.assert_allclose(hm.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5])), [-2.0, -0.5])
+    # Leaky halves (slope 0.1): (1 − 3, −0.2 − 0.5).
+    np.testing.assert_allclose(hm.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5]), 0.1), [-2.0, -0.7])
+    # Both halves negative: COCOA's entry is 0 with no gradient (dead); the leaky one is not.
+    both_negative = jnp.array([-1.0, -3.0])
+    assert float(jax.grad(lambda y: hm.relu_gate(y).sum())(both_negative)[0]) == 0.0
+    np.testing.assert_allclose(jax.grad(lambda y: hm.relu_gate(y, 0.1).sum())(both_negative),
+                               [0.1, -0.1])
+
+
+def test_gate_leak_reaches_the_hypernet_and_is_checked():
+    traj = _random_window(0)
+    hp = Hparams.create(gamma=0.9, lambda_=0.9)
+    est = {leak: make_estimator("cocoa_reward", reward_values="0,0.5,1", model="hypernet",
+                                hidden=8, gate_leak=leak) for leak in (0.0, 0.2)}
+    params = est[0.0].init(jax.random.key(4), traj)
+    credit = {leak: e.assign(params, traj, hp, KEY).advantage for leak, e in est.items()}
+    assert float(jnp.abs(credit[0.0] - credit[0.2]).max()) > 1e-4
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="gate_leak"):
+            make_estimator("cocoa_reward", reward_values="0,1", model="hypernet", gate_leak=bad)
+    with pytest.raises(ValueError, match="hypernet"):
+        make_estimator("cocoa_reward", reward_values="0,1", gate_leak=0.1)
 
 
 def test_grouped_pairs_need_an_object_with_values():

@@ -88,6 +88,12 @@ COCOA_LEARNER_SETTINGS = {
     # causal_reward: lr_agent 3e-4, the hypernet at 3e-3, no critic.
     "cocoa_reward": (dict(critic=False, **COCOA_MODEL_CONFIG),
                      dict(model="hypernet", hidden=256), dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # Not COCOA's: its network with leaky two-sided outputs (slope 0.01, so no entry can die)
+    # and the model at 1e-2, the rate that removes the fitted coefficients' lag (README,
+    # "Which coefficient fails").
+    "cocoa_reward leaky": (dict(critic=False, **COCOA_MODEL_CONFIG),
+                           dict(model="hypernet", hidden=256, gate_leak=0.01),
+                           dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2))),
     # causal_reward_gt: the exact coefficients, no critic; COCOA tunes its agent separately
     # (lr 1e-2); the same agent as the fitted learner (3e-4) is the ablation (--lr 1e-2 for
     # COCOA's).

@@ -187,6 +187,7 @@ def cocoa_reward(
     hidden: int = 128,
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
+    gate_leak: float = 0.0,
     env: Any = None,
     env_params: Any = None,
 ) -> Estimator:
@@ -213,10 +214,16 @@ def cocoa_reward(
         truth).
       hidden: MLP width.
       policy_modulated: logits = stop_gradient(log π(·|s_t)) + f_φ(s_t, u_k).
+      gate_leak: the hypernet's two-sided outputs as leaky ReLUs of this slope (0: COCOA's
+        ReLUs, whose entries can die: ``hindsight_models.relu_gate``).
       env, env_params: supplied by the engine and the diagnostics.
     """
     check_pair_options(pairs, num_pairs, chunk)
     check_choice("model", model, ("mlp", "hypernet", "tabular", "oracle"))
+    if not isinstance(gate_leak, (int, float)) or not 0 <= gate_leak < 1:
+        raise ValueError(f"gate_leak must be in [0, 1), got {gate_leak!r}")
+    if gate_leak and model != "hypernet":
+        raise ValueError("gate_leak applies to model='hypernet' only")
     if model == "tabular" and num_states is None:
         raise ValueError("model='tabular' needs num_states")
     values = resolve_reward_values(reward_values, env, env_params)
@@ -228,7 +235,7 @@ def cocoa_reward(
         if model == "mlp":
             return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated, target_ndim=1)
         if model == "hypernet":
-            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden)
+            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden, leak=gate_leak)
         return hm.state_tabular(num_states, policy_modulated, num_targets=len(values))
 
     options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,

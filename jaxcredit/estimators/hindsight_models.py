@@ -327,16 +327,24 @@ def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
     return StateHindsightModel(init=init, source=source, target=target, pair_logits=pair_logits)
 
 
-def relu_gate(y: Array) -> Array:
+def relu_gate(y: Array, leak: float = 0.0) -> Array:
     """relu(y₁) − relu(y₂) of the two halves of the last axis (COCOA's ``relu_gate``): a
-    two-sided output that is exactly 0 on a whole region, so a gate can switch a term off."""
+    two-sided output that is exactly 0 on a whole region, so a gate can switch a term off.
+
+    In that region its gradient is 0 too: an entry whose halves are both negative for every
+    input it sees stays off for good (experiments/key_to_door, "Which coefficient fails"). With
+    ``leak`` = α > 0 each half is a leaky ReLU (slope α below 0): never exactly 0, never without
+    gradient."""
     first, second = jnp.split(y, 2, axis=-1)
+    if leak:
+        return nn.leaky_relu(first, leak) - nn.leaky_relu(second, leak)
     return nn.relu(first) - nn.relu(second)
 
 
 class _HypernetHead(nn.Module):
     num_actions: int
     hidden: int
+    leak: float = 0.0
 
     def setup(self):
         self.src = nn.Dense(self.hidden)
@@ -356,15 +364,16 @@ class _HypernetHead(nn.Module):
     def head(self, u: Array, v: Array, log_pi: Array) -> Array:
         z = nn.relu(u + v)
         num_actions = self.num_actions
-        gate = relu_gate(self.gate(z)).reshape(z.shape[:-1] + (num_actions, 2 * num_actions))
+        gate = relu_gate(self.gate(z), self.leak).reshape(
+            z.shape[:-1] + (num_actions, 2 * num_actions))
         log_not_pi = jnp.log(jnp.maximum(-jnp.expm1(log_pi), 1e-30))
         policy_terms = jnp.concatenate([log_pi, log_not_pi], -1)
-        return (log_pi + relu_gate(self.out(z))
+        return (log_pi + relu_gate(self.out(z), self.leak)
                 + jnp.einsum("...ab,...b->...a", gate, policy_terms))
 
 
-def hypernet_hindsight(obs_ndim: int, hidden: int = 256,
-                       target_ndim: int = 1) -> StateHindsightModel:
+def hypernet_hindsight(obs_ndim: int, hidden: int = 256, target_ndim: int = 1,
+                       leak: float = 0.0) -> StateHindsightModel:
     """COCOA's policy-modulated hindsight network ("hypernet", ``ccoa/networks/models.py``
     53–67 and ``contribution_coefficient.py`` 182–207 of the official code):
 
@@ -379,9 +388,11 @@ def hypernet_hindsight(obs_ndim: int, hidden: int = 256,
     hindsight distribution when π moves — the model follows a moving policy from on-policy data
     rather than relearning it. Default flax initialisation (LeCun normal, zero biases: haiku's
     default in the official code), so h ≠ π at the start. The first layer is factored into
-    source and target projections like :func:`state_mlp`.
+    source and target projections like :func:`state_mlp`. ``leak`` > 0 makes both two-sided
+    outputs leaky (:func:`relu_gate`; not COCOA's: its entries can die).
     """
     hidden = int(hidden)
+    leak = float(leak)
 
     def inputs(x, ndim):
         return _flatten_obs(x, ndim)
@@ -391,10 +402,10 @@ def hypernet_hindsight(obs_ndim: int, hidden: int = 256,
         y = jnp.reshape(inputs(target, target_ndim), (-1, inputs(target, target_ndim)
                                                         .shape[-1]))[:1]
         log_pi = jnp.full((1, num_actions), -jnp.log(num_actions), jnp.float32)
-        return _HypernetHead(num_actions, hidden).init(key, x, y, log_pi)
+        return _HypernetHead(num_actions, hidden, leak).init(key, x, y, log_pi)
 
     def module(params):
-        return _HypernetHead(params["params"]["out"]["kernel"].shape[-1] // 2, hidden)
+        return _HypernetHead(params["params"]["out"]["kernel"].shape[-1] // 2, hidden, leak)
 
     def source(params, obs):
         return module(params).apply(params, inputs(obs, obs_ndim), method=_HypernetHead.source)
