@@ -38,7 +38,8 @@ KEY = jax.random.key(0)
 # Evaluation-point metrics of a fitted model against its exact twin (agents.credit_error).
 CREDIT_ERROR_NAMES = ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
                       "decisive_steps", "grad_cos_fitted", "grad_cos_oracle",
-                      "grad_cos_to_oracle", "ratio_rmse_to_exact")
+                      "grad_cos_to_oracle", "ratio_rmse_to_exact",
+                      *(f"rmse_decisive_reward{i}" for i in range(4)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -221,17 +221,12 @@ def _sum_to(x: Array, shape: tuple) -> Array:
 
 @jax.custom_vjp
 def relu_pair_logits(src: Array, tgt: Array, kernel: Array, bias: Array) -> Array:
-    """The pair head W_o relu(u + v) + b_o of the factored MLP, for broadcastable ``src`` u
-    ``[..., H]`` and ``tgt`` v ``[..., H]``, ``kernel`` ``[H, A]``, ``bias`` ``[A]``.
-
-    Its gradient is written out (``jax.custom_vjp``) because autodiff's is slow on a CPU, where
-    this head is most of a contribution estimator's fit: the kernel's gradient Σ_p z_p ⊗ g_p is a
-    dot that contracts over the pairs with an output of only H × A, which XLA's CPU backend runs
-    as a generic batched dot (0.29 ms a chunk of 256 pairs × 8 vmapped seeds, KeyToDoor L = 103);
-    as a fused multiply-reduce it costs a tenth. The backward pass recomputes the hidden layer
-    from u and v instead of storing it (it is one add and a ReLU). The forward is plain jnp, so
-    values are unchanged; tests/test_hindsight_models.py checks the gradient against autodiff's.
-    """
+    """The pair head W_o relu(u + v) + b_o of the factored MLP (broadcastable ``src`` u and
+    ``tgt`` v ``[..., H]``, ``kernel`` ``[H, A]``, ``bias`` ``[A]``), with its gradient written
+    out: the kernel's gradient Σ_p z_p ⊗ g_p, a dot over the pairs into only H × A, runs on
+    XLA:CPU as a generic batched dot (0.29 ms a chunk of 256 pairs × 8 vmapped seeds, KeyToDoor
+    L = 103) and as a multiply-reduce per action in a tenth. The backward pass recomputes the
+    hidden layer (one add and a ReLU). Tested against autodiff (tests/test_hca.py)."""
     return jax.nn.relu(src + tgt) @ kernel + bias
 
 
@@ -246,8 +241,7 @@ def _relu_pair_logits_bwd(residuals, g):
     g_rows = g.reshape(-1, g.shape[-1])
     d_kernel = jnp.stack([(z * g_rows[:, a, None]).sum(0) for a in range(g.shape[-1])], -1)
     d_pre = jnp.where(pre > 0, g @ kernel.T, 0.0)
-    return (_sum_to(d_pre, src.shape), _sum_to(d_pre, tgt.shape), d_kernel,
-            g_rows.sum(0))
+    return _sum_to(d_pre, src.shape), _sum_to(d_pre, tgt.shape), d_kernel, g_rows.sum(0)
 
 
 relu_pair_logits.defvjp(_relu_pair_logits_fwd, _relu_pair_logits_bwd)
@@ -328,13 +322,10 @@ def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
 
 
 def relu_gate(y: Array, leak: float = 0.0) -> Array:
-    """relu(y₁) − relu(y₂) of the two halves of the last axis (COCOA's ``relu_gate``): a
-    two-sided output that is exactly 0 on a whole region, so a gate can switch a term off.
-
-    In that region its gradient is 0 too: an entry whose halves are both negative for every
-    input it sees stays off for good (experiments/key_to_door, "Which coefficient fails"). With
-    ``leak`` = α > 0 each half is a leaky ReLU (slope α below 0): never exactly 0, never without
-    gradient."""
+    """relu(y₁) − relu(y₂) of the two halves of the last axis (COCOA's ``relu_gate``): exactly
+    0 on a whole region, so a gate can switch a term off; its gradient is 0 there too, so an
+    entry negative in both halves for every input stays off for good (experiments/key_to_door,
+    "Which coefficient fails"). ``leak`` = α > 0: leaky halves, never 0, never gradient-free."""
     first, second = jnp.split(y, 2, axis=-1)
     if leak:
         return nn.leaky_relu(first, leak) - nn.leaky_relu(second, leak)
