@@ -367,3 +367,37 @@ def test_bench_all_bad_size_is_one_line(capsys):
     code, out, err = run_cli(["bench", "all", "--size", "huge"], capsys)
     assert code == 2 and not out
     assert err.strip().startswith("jaxcredit: error: --size must be auto or one of")
+
+
+def test_dqn_race_maps_purejaxrl_dqn_defaults_to_the_engine():
+    """PureJaxRL's dqn.py counts timesteps in env steps over all NUM_ENVS environments: it learns
+    when timesteps % TRAINING_INTERVAL == 0, updates the target when timesteps %
+    TARGET_UPDATE_INTERVAL == 0 and anneals ε over EPSILON_ANNEAL_TIME timesteps. With its
+    defaults (10 envs, interval 10, target 500, anneal 25e4) and 5e5 steps, one engine update is
+    one vector step, the target moves every 500 / 10 = 50 updates and ε anneals over half the
+    run; its Q-network is Dense(120) → Dense(84), ReLU, unclipped."""
+    from jaxcredit.agents import TrainConfig
+    from jaxcredit.bench.races import dqn_fields
+
+    defaults = {"NUM_ENVS": 10, "BUFFER_SIZE": 10000, "BUFFER_BATCH_SIZE": 128,
+                "EPSILON_START": 1.0, "EPSILON_FINISH": 0.05, "EPSILON_ANNEAL_TIME": 25e4,
+                "TARGET_UPDATE_INTERVAL": 500, "LR": 2.5e-4, "LEARNING_STARTS": 10000,
+                "TRAINING_INTERVAL": 10, "LR_LINEAR_DECAY": False, "GAMMA": 0.99, "TAU": 1.0}
+    fields, hparams = dqn_fields(defaults, 500_000)
+    expected = dict(algo="dqn", estimator="q_learning", env="CartPole-v1", num_envs=10,
+                    num_steps=1, total_timesteps=500_000, buffer_size=10000, batch_size=128,
+                    learning_starts=10000, gradient_steps=1, target_update_every=50,
+                    hidden_sizes=(120, 84), activation="relu", anneal_lr=False, eval_every=0)
+    assert fields == expected
+    assert hparams == dict(lr=2.5e-4, gamma=0.99, tau=1.0, epsilon_start=1.0, epsilon_end=0.05,
+                           epsilon_fraction=0.5, max_grad_norm=1e6)
+    config = TrainConfig(**fields)
+    assert config.num_updates == 50_000  # PureJaxRL's NUM_UPDATES = 5e5 // 10
+    # An interval of 4 vector steps of 8 envs: 4 steps per update, the target every 25.
+    fields, hparams = dqn_fields(dict(defaults, NUM_ENVS=8, TRAINING_INTERVAL=32,
+                                      TARGET_UPDATE_INTERVAL=800, EPSILON_ANNEAL_TIME=1e6),
+                                 200_000)
+    assert (fields["num_steps"], fields["target_update_every"]) == (4, 25)
+    assert hparams["epsilon_fraction"] == 1.0
+    with pytest.raises(ValueError, match="not a multiple of its NUM_ENVS"):
+        dqn_fields(dict(defaults, TRAINING_INTERVAL=15), 500_000)
