@@ -208,10 +208,10 @@ def pairwise_estimator(
                             in_axes=(0, 1))(keys, r)
         return jax.vmap(lambda kk: sampled_pair_offsets(kk, num_steps, k))(keys)
 
-    def group_log_hindsight(net, params, tr: Trajectory, inputs, policy_logits):
-        """log h(·|s_t, u) ``[C, N, U, A]`` at every value u, for a chunk's observations."""
-        model_params, object_params = split(params)
-        _, u, r = hindsight_object.groups(object_params, tr)
+    def group_log_hindsight(net, params, u, r, inputs, policy_logits):
+        """log h(·|s_t, u) ``[C, N, U, A]`` at every value u (``u``, ``r``: the object's values,
+        ``HindsightObject.groups``), for a chunk's observations."""
+        model_params = split(params)[0]
         src = net.source(model_params, inputs)                              # [C, N, ...]
         logits = net.pair_logits(model_params, src[:, :, None],
                                  net.target(model_params, u, r)[None, None],
@@ -227,9 +227,11 @@ def pairwise_estimator(
         source rows inside the chunk rather than one ``[T, N, hidden]`` tensor: a further 20 %,
         the padding, transposes and gradient accumulator of that tensor cost more than
         projecting a chunk's observations twice)."""
+        _, u, r = hindsight_object.groups(split(params)[1], tr)
+
         def rows(_, valid, inputs, policy_logits, *args):
             del valid  # padded rows are cut off by chunked_rows
-            return row_fn(group_log_hindsight(net, params, tr, inputs, policy_logits), *args)
+            return row_fn(group_log_hindsight(net, params, u, r, inputs, policy_logits), *args)
 
         return chunked_rows(rows, tr.action.shape[0], chunk, tr.state if oracle else tr.obs,
                             tr.logits, *row_args)
@@ -256,8 +258,10 @@ def pairwise_estimator(
         # C_t(u) = Σ_{k>t, same episode, u_k = u} γ^{k−t−1}: the pair weights of the loss.
         weight = group_counts(params, tr, counted.astype(r.dtype), gamma)
 
+        _, u, r_values = hindsight_object.groups(split(params)[1], tr)
+
         def weighted_ce(params, _, valid, inputs, policy_logits, weight_rows, action_rows):
-            log_h = group_log_hindsight(net, params, tr, inputs, policy_logits)
+            log_h = group_log_hindsight(net, params, u, r_values, inputs, policy_logits)
             ce = -jnp.take_along_axis(log_h, action_rows[:, :, None, None], axis=-1)[..., 0]
             return (valid[:, None, None] * weight_rows * ce).sum()
 

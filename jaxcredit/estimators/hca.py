@@ -178,12 +178,10 @@ def rewarded_pair_offsets(key: Array, reward: Array, num_pairs: int) -> tuple[Ar
     return offsets, scale.astype(jnp.float32)
 
 
-def chunked_rows(fn, num_rows: int, chunk: int, *row_args):
-    """Applies ``fn(rows, row_valid, *row_args[rows])`` chunk by chunk over rows (``lax.map``).
-
-    Rows are padded to a multiple of ``chunk``; padded rows get ``row_valid = False``. Each chunk
-    is rematerialised in the backward pass (``jax.checkpoint``), so memory is that of one chunk.
-    """
+def _chunks(num_rows: int, chunk: int, row_args) -> tuple:
+    """``(n_chunks, chunk, (rows, row_valid, *row_args))`` with every array ``[n_chunks, chunk,
+    ...]``: rows padded to a multiple of ``chunk`` (padded rows repeat the last index and are
+    not valid, their arguments are zeros)."""
     chunk = max(1, min(chunk, num_rows))
     n_chunks = -(-num_rows // chunk)
     pad = n_chunks * chunk - num_rows
@@ -192,8 +190,18 @@ def chunked_rows(fn, num_rows: int, chunk: int, *row_args):
     rows = jnp.minimum(rows, num_rows - 1)
     args = [jnp.reshape(jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)),
                         (n_chunks, chunk) + a.shape[1:]) for a in row_args]
-    out = jax.lax.map(jax.checkpoint(lambda xs: fn(*xs)),
-                      (rows.reshape(n_chunks, chunk), row_valid.reshape(n_chunks, chunk), *args))
+    return n_chunks, chunk, (rows.reshape(n_chunks, chunk),
+                             row_valid.reshape(n_chunks, chunk), *args)
+
+
+def chunked_rows(fn, num_rows: int, chunk: int, *row_args):
+    """Applies ``fn(rows, row_valid, *row_args[rows])`` chunk by chunk over rows (``lax.map``).
+
+    Rows are padded to a multiple of ``chunk``; padded rows get ``row_valid = False``. Each chunk
+    is rematerialised in the backward pass (``jax.checkpoint``), so memory is that of one chunk.
+    """
+    n_chunks, chunk, xs = _chunks(num_rows, chunk, row_args)
+    out = jax.lax.map(jax.checkpoint(lambda x: fn(*x)), xs)
     return jax.tree_util.tree_map(
         lambda x: jnp.reshape(x, (n_chunks * chunk,) + x.shape[2:])[:num_rows], out)
 
@@ -218,10 +226,6 @@ def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args) -> Array:
     row arguments are the data of a fit (no gradient reaches them), and the function supports
     reverse-mode differentiation once (no ``jax.jvp``, no second derivatives).
     """
-    chunk = max(1, min(chunk, num_rows))
-    n_chunks = -(-num_rows // chunk)
-    pad = n_chunks * chunk - num_rows
-
     def forward(params, *args):
         # Integer leaves of the parameters (indices, sizes) are constants of the sum.
         leaves, treedef = jax.tree.flatten(params)
@@ -232,11 +236,6 @@ def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args) -> Array:
             full = [next(it) if d else x for x, d in zip(leaves, inexact)]
             return fn(jax.tree.unflatten(treedef, full), *xs)
 
-        rows = jnp.arange(n_chunks * chunk, dtype=jnp.int32)
-        row_valid = rows < num_rows
-        rows = jnp.minimum(rows, num_rows - 1)
-        padded = [jnp.reshape(jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)),
-                              (n_chunks, chunk) + a.shape[1:]) for a in args]
         differentiated = [x for x, d in zip(leaves, inexact) if d]
 
         def one(carry, xs):
@@ -244,9 +243,7 @@ def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args) -> Array:
             return jax.tree.map(jnp.add, carry, (value, grad)), None
 
         zero = (jnp.zeros((), jnp.float32), [jnp.zeros_like(x) for x in differentiated])
-        (value, grad), _ = jax.lax.scan(
-            one, zero, (rows.reshape(n_chunks, chunk), row_valid.reshape(n_chunks, chunk),
-                        *padded))
+        (value, grad), _ = jax.lax.scan(one, zero, _chunks(num_rows, chunk, args)[2])
         it = iter(grad)
         grad = [next(it) if d else None for d in inexact]
         return value, grad
@@ -316,15 +313,18 @@ def state_hca_future_credit(
     return chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
 
 
-def _pair_log_hindsight(model, params, src, tgt, policy_logits, episode, t, offs):
-    """For rows t and offsets k − t: (k clipped to the window, valid pair mask, log h(·|s_t, s_k)).
-
-    A pair is valid when s_k lies inside the window and in the same episode as s_t.
-    """
+def _pair_index(episode, t, offs):
+    """For rows t and offsets k − t: (k clipped to the window, valid pair mask). A pair is valid
+    when s_k lies inside the window and in the same episode as s_t."""
     num_steps = episode.shape[0]
     k = t[:, None] + offs
     valid = (k < num_steps) & (episode[jnp.minimum(k, num_steps - 1)] == episode[t][:, None])
-    k = jnp.minimum(k, num_steps - 1)
+    return jnp.minimum(k, num_steps - 1), valid
+
+
+def _pair_log_hindsight(model, params, src, tgt, policy_logits, episode, t, offs):
+    """For rows t and offsets k − t: (k, valid, log h(·|s_t, s_k)) (:func:`_pair_index`)."""
+    k, valid = _pair_index(episode, t, offs)
     logits = model.pair_logits(params, src[t][:, None], tgt[k], policy_logits[t][:, None])
     return k, valid, jax.nn.log_softmax(logits)
 
@@ -353,8 +353,7 @@ def state_hca_pair_loss(
     num_steps = reward.shape[0]
 
     def pair_weight(t, t_valid, offs, scl):
-        k = jnp.minimum(t[:, None] + offs, num_steps - 1)
-        valid = (t[:, None] + offs < num_steps) & (episode[k] == episode[t][:, None])
+        k, valid = _pair_index(episode, t, offs)
         weight = valid * t_valid[:, None] * scl * gamma ** (offs - 1).astype(reward.dtype)
         return weight * (reward[k] != 0) if mask_zero_reward else weight
 
