@@ -52,6 +52,11 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "cocoa_reward leaky": dict(algo="a2c", estimator="cocoa_reward",
                                estimator_options=(("gate_leak", 0.01), ("hidden", 256),
                                                   ("model", "hypernet"))),
+    # COCOA's hypernet with its values, but a gradient floor where an output is 0, so a dead
+    # entry can come back (not COCOA's own: hindsight_models.relu_gate).
+    "cocoa_reward floor": dict(algo="a2c", estimator="cocoa_reward",
+                               estimator_options=(("gate_floor", 0.01), ("hidden", 256),
+                                                  ("model", "hypernet"))),
     # The hindsight model fitted on the 16 most recent windows instead of the fresh one only.
     "cocoa_reward replay16": dict(algo="a2c", estimator="cocoa_reward", estimator_fit_windows=16),
     # Return decomposition: GAE on the rewards RUDDER redistributes.

@@ -121,8 +121,8 @@ def test_cocoa_credit_with_exact_coefficients_hand_case():
     """
     mdp = _two_step_mdp()
     gt = gt_lib.GroundTruth(mdp=lambda: mdp, horizon=2, task_metrics=lambda pi: {},
-                            reward_law=None, return_plan=None,
-                            reward_values=hindsight.reward_value_law(mdp))
+                            reward_law=None,
+                            plans={"reward_hindsight": hindsight.reward_value_law(mdp)})
     pi = jnp.full((4, 2), 0.5)
     params = gt_lib.exact_model_params("reward_hindsight", gt, mdp, pi, 1.0)
     est = make_estimator("cocoa_reward", reward_values=(0.0, 1.0), model="oracle")
@@ -283,6 +283,13 @@ def test_hypernet_hindsight_hand_cases():
     assert float(jax.grad(lambda y: hm.relu_gate(y).sum())(both_negative)[0]) == 0.0
     np.testing.assert_allclose(jax.grad(lambda y: hm.relu_gate(y, 0.1).sum())(both_negative),
                                [0.1, -0.1])
+    # A gradient floor (β = 0.1): COCOA's values, and slope β wherever a half is ≤ 0.
+    y = jnp.array([1.0, -2.0, 3.0, 0.5])
+    np.testing.assert_allclose(hm.relu_gate(y, floor=0.1), [-2.0, -0.5])
+    np.testing.assert_allclose(jax.grad(lambda v: hm.relu_gate(v, floor=0.1).sum())(y),
+                               [1.0, 0.1, -1.0, -1.0])
+    np.testing.assert_allclose(
+        jax.grad(lambda v: hm.relu_gate(v, floor=0.1).sum())(both_negative), [0.1, -0.1])
 
 
 def test_gate_leak_reaches_the_hypernet_and_is_checked():
@@ -298,6 +305,26 @@ def test_gate_leak_reaches_the_hypernet_and_is_checked():
             make_estimator("cocoa_reward", reward_values="0,1", model="hypernet", gate_leak=bad)
     with pytest.raises(ValueError, match="hypernet"):
         make_estimator("cocoa_reward", reward_values="0,1", gate_leak=0.1)
+
+
+def test_gate_floor_keeps_the_credit_and_changes_only_the_gradient():
+    traj = _random_window(0)
+    hp = Hparams.create(gamma=0.9, lambda_=0.9)
+    est = {floor: make_estimator("cocoa_reward", reward_values="0,0.5,1", model="hypernet",
+                                 hidden=8, gate_floor=floor) for floor in (0.0, 0.2)}
+    params = est[0.0].init(jax.random.key(4), traj)
+    credit = {f: e.assign(params, traj, hp, KEY).advantage for f, e in est.items()}
+    np.testing.assert_allclose(credit[0.2], credit[0.0], rtol=1e-6, atol=1e-7)
+    grads = {f: jax.grad(lambda p, e=e: e.loss(p, traj, hp, KEY)[0])(params)
+             for f, e in est.items()}
+    gate = {f: g["params"]["gate"]["kernel"] for f, g in grads.items()}
+    assert float(jnp.abs(gate[0.2] - gate[0.0]).max()) > 1e-6
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="gate_floor"):
+            make_estimator("cocoa_reward", reward_values="0,1", model="hypernet", gate_floor=bad)
+    with pytest.raises(ValueError, match="alternatives"):
+        make_estimator("cocoa_reward", reward_values="0,1", model="hypernet", gate_leak=0.1,
+                       gate_floor=0.1)
 
 
 def test_grouped_pairs_need_an_object_with_values():

@@ -94,6 +94,11 @@ COCOA_LEARNER_SETTINGS = {
     "cocoa_reward leaky": (dict(critic=False, **COCOA_MODEL_CONFIG),
                            dict(model="hypernet", hidden=256, gate_leak=0.01),
                            dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2))),
+    # Not COCOA's: its network's values with a gradient floor of 0.01 where an output is 0
+    # (straight through: exact zeros kept, dead entries still learn), the model at 1e-2.
+    "cocoa_reward floor": (dict(critic=False, **COCOA_MODEL_CONFIG),
+                           dict(model="hypernet", hidden=256, gate_floor=0.01),
+                           dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2))),
     # causal_reward_gt: the exact coefficients, no critic; COCOA tunes its agent separately
     # (lr 1e-2); the same agent as the fitted learner (3e-4) is the ablation (--lr 1e-2 for
     # COCOA's).

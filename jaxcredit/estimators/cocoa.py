@@ -188,6 +188,7 @@ def cocoa_reward(
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
     gate_leak: float = 0.0,
+    gate_floor: float = 0.0,
     env: Any = None,
     env_params: Any = None,
 ) -> Estimator:
@@ -216,14 +217,19 @@ def cocoa_reward(
       policy_modulated: logits = stop_gradient(log π(·|s_t)) + f_φ(s_t, u_k).
       gate_leak: the hypernet's two-sided outputs as leaky ReLUs of this slope (0: COCOA's
         ReLUs, whose entries can die: ``hindsight_models.relu_gate``).
+      gate_floor: COCOA's ReLU outputs with this gradient slope where they are 0 (straight
+        through: the same values, but an entry that is off still learns).
       env, env_params: supplied by the engine and the diagnostics.
     """
     check_pair_options(pairs, num_pairs, chunk)
     check_choice("model", model, ("mlp", "hypernet", "tabular", "oracle"))
-    if not isinstance(gate_leak, (int, float)) or not 0 <= gate_leak < 1:
-        raise ValueError(f"gate_leak must be in [0, 1), got {gate_leak!r}")
-    if gate_leak and model != "hypernet":
-        raise ValueError("gate_leak applies to model='hypernet' only")
+    for name, value in (("gate_leak", gate_leak), ("gate_floor", gate_floor)):
+        if not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if value and model != "hypernet":
+            raise ValueError(f"{name} applies to model='hypernet' only")
+    if gate_leak and gate_floor:
+        raise ValueError("gate_leak and gate_floor are alternatives: set one")
     if model == "tabular" and num_states is None:
         raise ValueError("model='tabular' needs num_states")
     values = resolve_reward_values(reward_values, env, env_params)
@@ -235,7 +241,8 @@ def cocoa_reward(
         if model == "mlp":
             return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated, target_ndim=1)
         if model == "hypernet":
-            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden, leak=gate_leak)
+            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden, leak=gate_leak,
+                                         floor=gate_floor)
         return hm.state_tabular(num_states, policy_modulated, num_targets=len(values))
 
     options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,

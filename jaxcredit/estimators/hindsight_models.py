@@ -22,10 +22,8 @@ Two parametrisations of each:
 The return MLP reads Z as a feature chosen by the estimator (``hca_return``'s ``model_input``): a
 scalar, or :func:`two_hot`, Z's linear interpolation weights on a fixed grid of returns.
 
-The state model is split into ``source`` (features of s_t), ``target`` (features of s_k) and
-``pair_logits``. For the MLP the first layer is linear in the concatenation [s_t, s_k], so it is
-computed once per step as W_s s_t + b and W_k s_k and only added per pair: the pairwise cost is one
-add, a ReLU and the small head per pair rather than a full forward pass over the concatenation.
+The state model is split into ``source`` (s_t), ``target`` (s_k) and ``pair_logits``: the MLP's
+first layer, linear in [s_t, s_k], is computed once per step and only added per pair.
 """
 
 from __future__ import annotations
@@ -321,21 +319,28 @@ def state_mlp(obs_ndim: int, hidden: int = 128, policy_modulated: bool = True,
     return StateHindsightModel(init=init, source=source, target=target, pair_logits=pair_logits)
 
 
-def relu_gate(y: Array, leak: float = 0.0) -> Array:
+def relu_gate(y: Array, leak: float = 0.0, floor: float = 0.0) -> Array:
     """relu(y₁) − relu(y₂) of the two halves of the last axis (COCOA's ``relu_gate``): exactly
     0 on a whole region, so a gate can switch a term off; its gradient is 0 there too, so an
     entry negative in both halves for every input stays off for good (experiments/key_to_door,
-    "Which coefficient fails"). ``leak`` = α > 0: leaky halves, never 0, never gradient-free."""
+    "Which coefficient fails"). ``leak`` = α > 0: leaky halves, never 0, never gradient-free.
+    ``floor`` = β > 0: the same values as COCOA's, but a half at y ≤ 0 passes gradient β
+    (straight through), so an entry that is off can be switched back on by the loss."""
     first, second = jnp.split(y, 2, axis=-1)
     if leak:
         return nn.leaky_relu(first, leak) - nn.leaky_relu(second, leak)
-    return nn.relu(first) - nn.relu(second)
+    out = nn.relu(first) - nn.relu(second)
+    if floor:  # + β·(y − sg(y)) where y ≤ 0: zero forward, slope β backward
+        ghost = jnp.where(y > 0, 0.0, floor * (y - jax.lax.stop_gradient(y)))
+        out = out + jnp.subtract(*jnp.split(ghost, 2, axis=-1))
+    return out
 
 
 class _HypernetHead(nn.Module):
     num_actions: int
     hidden: int
     leak: float = 0.0
+    floor: float = 0.0
 
     def setup(self):
         self.src = nn.Dense(self.hidden)
@@ -355,16 +360,16 @@ class _HypernetHead(nn.Module):
     def head(self, u: Array, v: Array, log_pi: Array) -> Array:
         z = nn.relu(u + v)
         num_actions = self.num_actions
-        gate = relu_gate(self.gate(z), self.leak).reshape(
+        gate = relu_gate(self.gate(z), self.leak, self.floor).reshape(
             z.shape[:-1] + (num_actions, 2 * num_actions))
         log_not_pi = jnp.log(jnp.maximum(-jnp.expm1(log_pi), 1e-30))
         policy_terms = jnp.concatenate([log_pi, log_not_pi], -1)
-        return (log_pi + relu_gate(self.out(z), self.leak)
+        return (log_pi + relu_gate(self.out(z), self.leak, self.floor)
                 + jnp.einsum("...ab,...b->...a", gate, policy_terms))
 
 
 def hypernet_hindsight(obs_ndim: int, hidden: int = 256, target_ndim: int = 1,
-                       leak: float = 0.0) -> StateHindsightModel:
+                       leak: float = 0.0, floor: float = 0.0) -> StateHindsightModel:
     """COCOA's policy-modulated hindsight network ("hypernet", ``ccoa/networks/models.py``
     53–67 and ``contribution_coefficient.py`` 182–207 of the official code):
 
@@ -373,17 +378,13 @@ def hypernet_hindsight(obs_ndim: int, hidden: int = 256, target_ndim: int = 1,
         G = relu_gate(W_G z)  reshaped [A, 2A]
         log h(·|s_t, u_k) = log_softmax(log π + ℓ + G [log π, log(1 − π)])
 
-    with π(·|s_t) the behaviour policy that collected the data (its stored log-probs, no
-    gradient). The model is a function of the current policy as well as of (s_t, u_k): the
-    gate G rescales log π and log(1 − π) action by action, so the same weights give a different
-    hindsight distribution when π moves — the model follows a moving policy from on-policy data
-    rather than relearning it. Default flax initialisation (LeCun normal, zero biases: haiku's
-    default in the official code), so h ≠ π at the start. The first layer is factored into
-    source and target projections like :func:`state_mlp`. ``leak`` > 0 makes both two-sided
-    outputs leaky (:func:`relu_gate`; not COCOA's: its entries can die).
+    with π(·|s_t) the behaviour policy (stored log-probs, no gradient): G rescales log π and
+    log(1 − π) per action, so the model follows a moving policy instead of relearning it.
+    Default flax initialisation (haiku's in the official code), so h ≠ π at the start; the
+    first layer factored into source and target projections as :func:`state_mlp`. ``leak``,
+    ``floor``: :func:`relu_gate`'s variants (not COCOA's, whose entries can die).
     """
-    hidden = int(hidden)
-    leak = float(leak)
+    hidden, leak, floor = int(hidden), float(leak), float(floor)
 
     def inputs(x, ndim):
         return _flatten_obs(x, ndim)
@@ -393,10 +394,11 @@ def hypernet_hindsight(obs_ndim: int, hidden: int = 256, target_ndim: int = 1,
         y = jnp.reshape(inputs(target, target_ndim), (-1, inputs(target, target_ndim)
                                                         .shape[-1]))[:1]
         log_pi = jnp.full((1, num_actions), -jnp.log(num_actions), jnp.float32)
-        return _HypernetHead(num_actions, hidden, leak).init(key, x, y, log_pi)
+        return _HypernetHead(num_actions, hidden, leak, floor).init(key, x, y, log_pi)
 
     def module(params):
-        return _HypernetHead(params["params"]["out"]["kernel"].shape[-1] // 2, hidden, leak)
+        return _HypernetHead(params["params"]["out"]["kernel"].shape[-1] // 2, hidden, leak,
+                             floor)
 
     def source(params, obs):
         return module(params).apply(params, inputs(obs, obs_ndim), method=_HypernetHead.source)
