@@ -231,8 +231,7 @@ def test_grouped_pairs_give_the_all_pairs_credit_and_loss(model):
 
 def test_grouped_pairs_with_exact_coefficients_match_all_pairs():
     env, env_params = envs.make("KeyToDoor", length=6)
-    truth = gt_lib.make_ground_truth(env, env_params, need_return_law=False,
-                                     need_reward_values=True)
+    truth = gt_lib.make_ground_truth(env, env_params, ("reward_hindsight",))
     mdp = truth.mdp()
     pi = tabular.softmax_policy(jax.random.normal(jax.random.key(1),
                                                   (mdp.num_states, mdp.num_actions)))

@@ -182,8 +182,7 @@ def test_the_credit_error_splits_exactly_by_reward_value():
     from jaxcredit.exact import tabular
 
     env, env_params = envs.make("KeyToDoor", length=8)
-    truth = gt_lib.make_ground_truth(env, env_params, need_return_law=False,
-                                     need_reward_values=True)
+    truth = gt_lib.make_ground_truth(env, env_params, ("reward_hindsight",))
     mdp = truth.mdp()
     pi = tabular.softmax_policy(0.3 * jax.random.normal(jax.random.key(1),
                                                         (mdp.num_states, mdp.num_actions)))

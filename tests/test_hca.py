@@ -83,7 +83,7 @@ def exact_return_hindsight(pi, env_name="AmbiguousBandit", **env_kwargs):
     """Params of the ``model="oracle"`` return hindsight: the exact h(a | s, Z) of π, γ = 1
     (the engine's ground truth)."""
     env, params = envs.make(env_name, **env_kwargs)
-    gt = gt_lib.make_ground_truth(env, params, need_return_law=True)
+    gt = gt_lib.make_ground_truth(env, params, ("return_hindsight",))
     return gt_lib.exact_model_params("return_hindsight", gt, gt.mdp(), pi, 1.0)
 
 

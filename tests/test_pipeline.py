@@ -206,3 +206,87 @@ def test_every_registry_hands_the_engine_context_one_way():
     _, metrics = jax.jit(make_engine(config).train)(KEY, Hparams.create())
     assert set(seen["offset"]) >= {"env", "env_params", "horizon", "group_size"}
     np.testing.assert_array_equal(metrics["redistribute/horizon"], 500.0)
+
+
+USER_EXACT_MODULE = '''
+import jax.numpy as jnp
+
+from jaxcredit.estimators import Estimator
+from jaxcredit.exact import tabular
+from jaxcredit.exact.models import ExactModel
+from jaxcredit.types import Credit
+
+
+def q_values():
+    """Q^pi_gamma [S, A] by dynamic programming."""
+    return ExactModel(params=lambda plan, mdp, pi, gamma: {
+        "q": tabular.action_values(mdp, pi, gamma)})
+
+
+def q_advantage(model="linear"):
+    """A = Q(s, a) - V(s) from a linear Q on the observation, or the exact Q^pi."""
+    oracle = model == "oracle"
+
+    def q_all(params, trajectory):
+        return params["q"][trajectory.state] if oracle else trajectory.obs @ params["w"]
+
+    def assign(params, trajectory, hparams, key):
+        q = q_all(params, trajectory)
+        taken = jnp.take_along_axis(q, trajectory.action[..., None], -1)[..., 0]
+        pi = jnp.exp(trajectory.logits - trajectory.logits.max(-1, keepdims=True))
+        mean = jnp.sum(pi / pi.sum(-1, keepdims=True) * q, -1)
+        diagnostics = {f"q_arm{a}": q[0, 0, a] for a in range(2)} if oracle else {}
+        return Credit(advantage=taken - mean, value_target=trajectory.reward,
+                      diagnostics=diagnostics)
+
+    def loss(params, trajectory, hparams, key):
+        q = q_all(params, trajectory)
+        taken = jnp.take_along_axis(q, trajectory.action[..., None], -1)[..., 0]
+        return jnp.mean((taken - trajectory.reward) ** 2), {}
+
+    kind = "ext_credit:q_values"
+    if oracle:
+        return Estimator(name="q_advantage", assign=assign, exact_model=kind, is_oracle=True)
+    return Estimator(name="q_advantage", assign=assign, learned=True, exact_model=kind, loss=loss,
+                     init=lambda key, tr: {"w": jnp.zeros((tr.obs.shape[-1],
+                                                           tr.logits.shape[-1]))},
+                     oracle=lambda: q_advantage("oracle"))
+'''
+
+
+def test_a_new_kind_of_exact_model_from_outside_needs_no_registration(tmp_path, monkeypatch):
+    """A user's module holds a new kind of exact model (Q^π) and an estimator built on it; named
+    by ``module:factory`` paths, neither is registered. The engine plans the kind, computes it
+    for the current policy and hands it to the oracle: on a one-step bandit Q^π(s₀, ·) is the
+    arms' mean rewards whatever π is, so the oracle's reading of it is known exactly."""
+    from jaxcredit import envs
+    from jaxcredit.exact import ground_truth as gt_lib
+
+    (tmp_path / "ext_credit.py").write_text(USER_EXACT_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env, env_params = envs.make("AmbiguousBandit")
+    mdp = env.tabular_mdp(env_params)
+    arm_means = np.asarray(jnp.einsum("sat,sat->sa", mdp.transition, mdp.transition_reward))[0]
+    bandit = dict(env="AmbiguousBandit", num_envs=8, num_steps=1, total_timesteps=8 * 6,
+                  hidden_sizes=(8,), eval_every=3, eval_episodes=4)
+    metrics = {}
+    for model in ("linear", "oracle"):
+        engine = make_engine(TrainConfig(algo="a2c", estimator="ext_credit:q_advantage",
+                                         estimator_options=(("model", model),), **bandit))
+        _, metrics[model] = jax.jit(engine.train)(KEY, Hparams.create(gamma=1.0))
+        assert engine.ground_truth.plans.keys() == {"ext_credit:q_values"}
+        assert np.all(np.isfinite(metrics[model]["loss"]))
+    # The oracle's Q(s₀, a) is arm a's mean reward (1.9, 1.1) at every update.
+    for arm in range(2):
+        np.testing.assert_allclose(metrics["oracle"][f"credit/q_arm{arm}"], arm_means[arm],
+                                   rtol=1e-5)
+    assert "estimator/loss" in metrics["linear"]
+    # The same kind through the ground truth directly, at another γ and policy.
+    truth = gt_lib.make_ground_truth(env, env_params, ("ext_credit:q_values",))
+    pi = jnp.full((env.num_states, 2), 0.5).at[0].set(jnp.array([0.9, 0.1]))
+    params = gt_lib.exact_model_params("ext_credit:q_values", truth, mdp, pi, 0.5)
+    from jaxcredit.exact import tabular
+    np.testing.assert_allclose(params["q"], tabular.action_values(mdp, pi, 0.5))
+    # An unknown kind is refused in one line when the estimator is built.
+    with pytest.raises(ValueError, match="unknown exact model 'no_such_kind'"):
+        Estimator(name="x", assign=lambda *a: None, exact_model="no_such_kind")

@@ -20,14 +20,14 @@ estimator's exact model (the oracle twin), on the same window and key, and compa
 The oracle's own error is 0 by construction; the gradient cosines are the only numbers that
 compare both with the truth.
 
-For the contribution estimators (``hca_state``, ``cocoa_reward``, ``cocoa_feature``) the credit
-is linear in the later rewards, A[t, a] = immediate + Σ_{k>t} γ^{k−t} (w(s_t, a, u_k) − 1) r̃_k,
-and the immediate term is the same for both models, so the error splits exactly by the value of
-the reward it comes from: ``rmse_decisive_reward{i}`` is the error at the decisive steps of the
-credit that the rewards of value ``values[i]`` carry (:func:`reward_value_windows`; the values
-in the order of ``exact.ground_truth.reward_value_law``, KeyToDoor's: 0, the low apple, the high
-apple, the treasure). On KeyToDoor it separates the treasure's coefficient (the task) from the
-apples' (the distractor).
+For the contribution estimators (``hca_state``, ``cocoa_reward``, ``cocoa_feature``; their exact
+models are ``linear_in_reward`` in ``exact.models``) the credit is linear in the later rewards,
+A[t, a] = immediate + Σ_{k>t} γ^{k−t} (w(s_t, a, u_k) − 1) r̃_k, and the immediate term is the
+same for both models, so the error splits exactly by the value of the reward it comes from:
+``rmse_decisive_reward{i}`` is the error at the decisive steps of the credit that the rewards of
+value ``values[i]`` carry (:func:`reward_value_windows`; the values in the order of
+``exact.models.reward_value_law``, KeyToDoor's: 0, the low apple, the high apple, the treasure). On
+KeyToDoor it separates the treasure's coefficient (the task) from the apples' (the distractor).
 """
 
 from __future__ import annotations
@@ -39,9 +39,6 @@ import optax
 from jaxcredit.types import Trajectory
 
 Array = jax.Array
-
-# The exact models of estimators whose credit is linear in the later rewards (module doc).
-LINEAR_IN_REWARD = ("state_hindsight", "reward_hindsight")
 
 # A step is decisive when its state's exact advantage spread is at least this share of the
 # largest spread over the MDP.

@@ -50,6 +50,7 @@ from jaxcredit.agents import sweep
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.checkpoint import Checkpointer
+from jaxcredit.exact.models import exact_model
 from jaxcredit.watchdog import ChunkWatchdog, maybe_stall
 
 
@@ -160,16 +161,17 @@ def fit_chunk_programs(engine, lengths, mesh, state, hparams, limit, member_batc
 
 
 def check_oracle_settings(engine, settings) -> None:
-    """An exact return-hindsight oracle is exact only for γ = 1 (``exact.ground_truth``)."""
+    """An oracle whose exact model is exact only for γ = 1 (the return hindsight) is refused
+    at any other γ (``exact.models``)."""
     estimator = getattr(engine, "estimator", None)
     if estimator is None:
         return
-    if engine.estimator.is_oracle and engine.estimator.exact_model == "return_hindsight":
+    if estimator.is_oracle and exact_model(estimator.exact_model).undiscounted_only:
         gammas = sorted({float(s.get("gamma", 1.0)) for s in settings})
         if gammas != [1.0]:
-            raise ValueError(f"{engine.estimator.name} with model='oracle' needs gamma=1 (the "
-                             f"exact return hindsight is that of the undiscounted return); got "
-                             f"gamma {gammas}")
+            raise ValueError(f"{estimator.name} with model='oracle' needs gamma=1 (the exact "
+                             f"{estimator.exact_model.replace('_', ' ')} is that of the "
+                             f"undiscounted return); got gamma {gammas}")
 
 
 def chunk_lengths(num_updates: int, num_chunks: int, eval_every: int = 0) -> list[int]:

@@ -27,6 +27,7 @@ from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.runs import episode_horizon
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
+from jaxcredit.exact.ground_truth import exact_unavailable
 from jaxcredit.objectives import Objective, make_objective
 from jaxcredit.redistribute import Redistributor, make_redistributor
 from jaxcredit.relabel import Relabeller, make_relabeller
@@ -106,12 +107,8 @@ def exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optio
     Also rejects an oracle estimator where no exact model can be computed.
     """
     missing = None
-    if ground_truth is not None:
-        if estimator.exact_model == "return_hindsight" and ground_truth.return_plan is None:
-            missing = f"no exact return hindsight on {config.env!r}: {ground_truth.return_error}"
-        if estimator.exact_model == "reward_hindsight" and ground_truth.reward_values is None:
-            missing = (f"no exact reward hindsight on {config.env!r}: "
-                       f"{ground_truth.reward_values_error}")
+    if ground_truth is not None and estimator.exact_model is not None:
+        missing = exact_unavailable(estimator.exact_model, ground_truth, where=repr(config.env))
     if estimator.is_oracle:
         if ground_truth is None:
             raise ValueError(f"estimator {estimator.name!r} with model='oracle' needs an "

@@ -122,19 +122,19 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     objective, estimator = stages.objective, stages.estimator
     relabeller, redistributor = stages.relabeller, stages.redistributor
     episodic = estimator.episode_windows or config.group_size > 1
-    ground_truth = gt_lib.make_ground_truth(
-        env, env_params, need_return_law=estimator.exact_model == "return_hindsight",
-        need_reward_values=estimator.exact_model == "reward_hindsight")
+    exact_redistributor = redistributor.exact_model if redistributor is not None else None
+    ground_truth = gt_lib.make_ground_truth(env, env_params,
+                                            (estimator.exact_model, exact_redistributor))
     # What evaluation and the redistribution diagnostics may read: the ground truth, or under
     # DelayedReward the inner environment's (same J(π), same Q of the undelayed reward), which
     # the credit stages may not read (the oracles need the delayed process's own MDP).
     reference, reference_index = ground_truth, (env.state_index if ground_truth else None)
     if ground_truth is None and gt_lib.has_undelayed_truth(env):
-        reference = gt_lib.make_ground_truth(env.undelayed, env_params, False)
+        reference = gt_lib.make_ground_truth(env.undelayed, env_params, (exact_redistributor,))
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     twin = exact_twin(estimator, ground_truth, config)
     burn_in, pretrain_steps = config.burn_in_updates, config.estimator_pretrain_steps
-    if redistributor is not None and redistributor.exact_model and reference is None:
+    if exact_redistributor and reference is None:
         raise ValueError(f"redistribute stage {config.redistribute!r} with model=oracle needs an "
                          f"environment with exact ground truth; {config.env!r} has none")
     obs_shape = tuple(env.observation_space(env_params).shape)
@@ -269,9 +269,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         """The redistribute stage on ``traj`` with the current model (the exact one reads
         ``pi``, the behaviour table): ``(new trajectory, stage state with its memory, metrics)``."""
         rd_params = rd_state.params
-        if redistributor.exact_model:
-            rd_params = gt_lib.exact_redistribution_params(redistributor.exact_model,
-                                                           reference.mdp(), pi)
+        if exact_redistributor:
+            rd_params = gt_lib.exact_model_params(exact_redistributor, reference,
+                                                  reference.mdp(), pi, 1.0)
         traj, memory, rd_metrics = redistributor.redistribute(rd_params, traj, key,
                                                               rd_state.memory)
         return traj, rd_state.replace(memory=memory), rd_metrics
@@ -280,7 +280,6 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
         metrics = {}
         rd_state, est_state = state.redistributor, state.estimator
-        exact_redistributor = redistributor is not None and redistributor.exact_model
         pi = (behaviour_table(state) if estimator.is_oracle or exact_redistributor else None)
         if redistributor is not None:
             if redistributor.learned:
@@ -386,7 +385,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         mdp = ground_truth.mdp()
         decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma))
         metrics = credit_error.credit_error(fitted, oracle, traj.action, decisive[traj.state])
-        if (estimator.exact_model in credit_error.LINEAR_IN_REWARD
+        if (gt_lib.exact_model(estimator.exact_model).linear_in_reward
                 and ground_truth.reward_values is not None):
             metrics.update(credit_error.reward_value_errors(
                 lambda w: estimator.assign(state.estimator.params, w, hparams, key).advantage,

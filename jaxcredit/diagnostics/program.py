@@ -132,20 +132,6 @@ def tabular_env(name: str, env_kwargs=()) -> tuple[Any, Any]:
     return env, env_params
 
 
-def exact_unavailable(kind: str, gt: gt_lib.GroundTruth, gamma: float) -> str:
-    """Why the exact model ``kind`` cannot be computed here ("" if it can)."""
-    if kind == "reward_hindsight" and gt.reward_values is None:
-        return f"no exact reward hindsight on this environment: {gt.reward_values_error}"
-    if kind != "return_hindsight":
-        return ""
-    if gamma != 1.0:
-        return (f"the exact return hindsight is that of the undiscounted return and needs "
-                f"gamma=1, got gamma={gamma:g}")
-    if gt.return_plan is None:
-        return f"no exact return hindsight on this environment: {gt.return_error}"
-    return ""
-
-
 def plan_rows(specs: tuple[EstimatorSpec, ...], env: Any, env_params: Any, hindsight: str,
               gamma: float) -> tuple[list[Row], gt_lib.GroundTruth]:
     """Builds every estimator and the ground truth it needs (outside the compiled program).
@@ -154,11 +140,10 @@ def plan_rows(specs: tuple[EstimatorSpec, ...], env: Any, env_params: Any, hinds
     ``hindsight="exact"``) but cannot be computed.
     """
     estimators = [spec.build(env, env_params) for spec in specs]
-    wants_return_law = gamma == 1.0 and any(
-        e.exact_model == "return_hindsight" for e in estimators)
-    gt = gt_lib.make_ground_truth(
-        env, env_params, wants_return_law,
-        need_reward_values=any(e.exact_model == "reward_hindsight" for e in estimators))
+    # A kind exact only for γ = 1 is not planned at another γ (exact_unavailable says why).
+    gt = gt_lib.make_ground_truth(env, env_params, [
+        e.exact_model for e in estimators if e.exact_model
+        and (gamma == 1.0 or not gt_lib.exact_model(e.exact_model).undiscounted_only)])
     rows = []
     for spec, estimator in zip(specs, estimators):
         if hindsight == "exact" and estimator.learned:
@@ -167,12 +152,12 @@ def plan_rows(specs: tuple[EstimatorSpec, ...], env: Any, env_params: Any, hinds
                                  "its learned one; use --hindsight learned")
             estimator = estimator.oracle()
         if estimator.is_oracle:
-            why = exact_unavailable(estimator.exact_model, gt, gamma)
+            why = gt_lib.exact_unavailable(estimator.exact_model, gt, gamma)
             if why:
                 raise ValueError(f"estimator {spec.label!r}: {why}")
         twin = None
         if (estimator.learned and estimator.oracle is not None and estimator.hindsight is not None
-                and not exact_unavailable(estimator.exact_model, gt, gamma)):
+                and not gt_lib.exact_unavailable(estimator.exact_model, gt, gamma)):
             twin = estimator.oracle()
         rows.append(Row(spec=spec, estimator=estimator, twin=twin))
     return rows, gt

@@ -14,8 +14,9 @@ A *learned* estimator's parameters are fitted by the engine inside the compiled 
 their own optimiser and schedule (``jaxcredit.fitting``), before ``assign`` is called on the fresh
 batch. Two optional fields serve the ground-truth checks on tabular environments:
 
-* ``exact_model`` names the exact model the estimator approximates (``"state_hindsight"``,
-  ``"return_hindsight"`` or COCOA's ``"reward_hindsight"``) and ``oracle()`` builds the same
+* ``exact_model`` names the kind of exact model the estimator approximates (``"state_hindsight"``,
+  ``"return_hindsight"``, COCOA's ``"reward_hindsight"``, or one registered in
+  ``jaxcredit.exact.models``) and ``oracle()`` builds the same
   estimator with that exact model in place of the learned one (its ``params`` are then the
   exact tables, recomputed for the current policy every update: ``jaxcredit.exact.ground_truth``);
 * ``hindsight(params, trajectory, hparams, key) -> (log_h [..., A], weight [...])`` evaluates the
@@ -41,6 +42,7 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from jaxcredit.exact.models import exact_model
 from jaxcredit.types import Credit, Trajectory
 
 InitFn = Callable[[jax.Array, Trajectory], Any]
@@ -49,8 +51,6 @@ LossFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]]
 HindsightFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, jax.Array]]
 UpdateFn = Callable[[Any, Trajectory, Any], Any]
 RatioFn = Callable[[Any, Trajectory, Any], jax.Array]
-
-EXACT_MODELS = ("state_hindsight", "return_hindsight", "reward_hindsight")
 
 
 def no_params(key: jax.Array, example: Trajectory) -> dict:
@@ -75,7 +75,8 @@ class Estimator:
       init, assign, loss: the pure functions.
       all_action: True if ``assign`` returns credit for every action ``[T, *batch, A]``.
       learned: True if it has parameters fitted by ``loss``.
-      exact_model: the exact model it approximates, one of :data:`EXACT_MODELS`, or None.
+      exact_model: the kind of exact model it approximates (``exact.models.EXACT_MODELS``), or
+        None.
       oracle: builds the twin estimator that uses the exact model (needs ``exact_model``).
       hindsight: the learned model at the estimator's conditioning points (for the KL metric).
       is_oracle: True for a twin built by ``oracle()``: the engine supplies its params.
@@ -108,5 +109,5 @@ class Estimator:
     pretrained: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self):
-        if self.exact_model is not None and self.exact_model not in EXACT_MODELS:
-            raise ValueError(f"exact_model must be one of {EXACT_MODELS}, got {self.exact_model!r}")
+        if self.exact_model is not None:
+            exact_model(self.exact_model)  # a one-line ValueError for an unknown kind

@@ -9,6 +9,8 @@ Environments with ground truth (:class:`jaxcredit.envs.TabularEnv`) expose their
   and return-conditioned);
 * :mod:`return_grid` and :mod:`return_law`: the law of the return on a planned grid, fast enough
   for every training update;
+* :mod:`models`: the kinds of exact model an oracle stage reads (one record each: how it is
+  planned and computed; a new kind is one record and one registry line);
 * :mod:`ground_truth`: the same quantities for the engine's *current* policy inside the compiled
   step (the oracle models, the exact return, the redistribution quality).
 

@@ -12,32 +12,24 @@ for the *current* policy and inside the same compiled program:
   **oracle** (``model="oracle"``: credit from the exact model, so estimator error and model error
   separate) and as the reference of ``estimator/kl_to_exact``.
 
-The return-conditioned model is exact for the undiscounted Monte-Carlo return (γ = 1): with
-γ < 1 its tables are NaN, so a misconfigured oracle run fails loudly instead of learning from the
-wrong model (the host loop also refuses it up front).
+Which exact models exist, how each is planned and computed, is ``jaxcredit.exact.models``; the
+ground truth plans the kinds a run needs and computes them for the current policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxcredit.exact import hindsight, return_grid, return_law, tabular
+from jaxcredit.exact import tabular
+from jaxcredit.exact.models import exact_model, reward_value_law  # noqa: F401 (re-exported)
 from jaxcredit.exact.tabular import has_ground_truth
 from jaxcredit.networks import ActorCritic
 
 Array = jax.Array
-
-
-def is_bandit(mdp: tabular.TabularMDP) -> bool:
-    """Every action from every start state ends the episode (checked on concrete arrays)."""
-    start = np.asarray(mdp.initial) > 0
-    reach_terminal = np.asarray(jnp.sum(mdp.transition * mdp.terminal[None, None, :], axis=-1))
-    return bool(np.all(reach_terminal[start] > 1 - 1e-6))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,54 +41,28 @@ class GroundTruth:
       horizon: the episode time limit (finite-horizon J(π)).
       task_metrics: ``pi [S, A] -> {name: scalar}`` (the environment's, if any).
       reward_law: the environment's exact discrete reward law, or None (Gaussian).
-      return_plan: how to compute the exact return hindsight: ``("bandit", None)``,
-        ``("grid", plan)``, or None if it cannot be computed here (message in ``return_error``).
-      return_error: why there is no return plan.
-      reward_values: ``(values [U], probs [S, A, U])``, the law of the reward value given
-        (s, a) for COCOA-reward's exact model, or None (why in ``reward_values_error``).
+      plans: ``{kind: plan}`` of the exact models planned for this run (``exact.models``).
+      plan_errors: ``{kind: why}`` for the kinds that could not be planned here.
     """
 
     mdp: Callable[[], tabular.TabularMDP]
     horizon: int
     task_metrics: Callable[[Array], dict]
     reward_law: Any
-    return_plan: Optional[tuple]
-    return_error: str = ""
-    reward_values: Optional[tuple] = None
-    reward_values_error: str = ""
+    plans: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    plan_errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def reward_values(self) -> Any:
+        """``(values [U], probs [S, A, U])`` where the reward hindsight was planned, else None."""
+        return self.plans.get("reward_hindsight")
 
 
-def reward_value_law(env: Any, env_params: Any) -> tuple[Array, Array]:
-    """``(values [U], probs [S, A, U])``: the law of the reward value given (s, a).
-
-    The environment's own ``reward_distribution`` (or ``reward_law``) where it has one, else the
-    distinct rewards of a tabular MDP with deterministic rewards (``hindsight.reward_value_law``).
-    A law over next states ``[S, A, S', U]`` is marginalised with the transition. Raises a
-    one-line ValueError where the rewards are not a finite set of values.
-    """
-    for name in ("reward_distribution", "reward_law"):
-        fn = getattr(env, name, None)
-        law = fn(env_params) if callable(fn) else None
-        if law is not None:
-            values, probs = law
-            values, probs = jnp.asarray(values, jnp.float32), jnp.asarray(probs, jnp.float32)
-            if probs.ndim == 4:
-                probs = jnp.einsum("sat,satu->sau", env.tabular_mdp(env_params).transition, probs)
-            return values, probs
-    if not has_ground_truth(env):
-        raise ValueError("the environment has no tabular MDP from which to read its reward "
-                         "values; give the estimator reward_values")
-    return hindsight.reward_value_law(env.tabular_mdp(env_params))
-
-
-def make_ground_truth(env: Any, env_params: Any, need_return_law: bool,
-                      need_reward_values: bool = False) -> Optional[GroundTruth]:
-    """The :class:`GroundTruth` of ``env`` or None if it has none.
-
-    The grid of the return law is planned here, on the concrete MDP, only when
-    ``need_return_law`` (an oracle or a learned return-hindsight model); the law of the reward
-    values only when ``need_reward_values`` (COCOA-reward's exact model).
-    """
+def make_ground_truth(env: Any, env_params: Any,
+                      exact_models: Sequence[str] = ()) -> "GroundTruth | None":
+    """The :class:`GroundTruth` of ``env`` or None if it has none, with the kinds of exact
+    model in ``exact_models`` planned on the concrete environment (``exact.models``; one that
+    cannot be planned is recorded in ``plan_errors``, for the stage that needs it to refuse)."""
     if not has_ground_truth(env):
         return None
     horizon = int(getattr(env_params, "max_steps_in_episode", 0) or 0)
@@ -105,27 +71,29 @@ def make_ground_truth(env: Any, env_params: Any, need_return_law: bool,
     metrics_fn = getattr(env, "task_metrics", None)
     task_metrics = ((lambda pi: dict(metrics_fn(env_params, pi))) if callable(metrics_fn)
                     else (lambda pi: {}))
-    return_plan, error = None, ""
-    if need_return_law:
+    plans, errors = {}, {}
+    for kind in dict.fromkeys(k for k in exact_models if k):
+        plan = exact_model(kind).plan
         try:
-            mdp = env.tabular_mdp(env_params)
-            if is_bandit(mdp):
-                return_plan = ("bandit", None)
-            else:
-
-                return_plan = ("grid", return_grid.plan_return_grid(mdp, horizon, reward_law))
+            plans[kind] = None if plan is None else plan(env, env_params)
         except (ValueError, jax.errors.ConcretizationTypeError, TypeError) as err:
-            error = " ".join(str(err).split())[:300]
-    reward_values, values_error = None, ""
-    if need_reward_values:
-        try:
-            reward_values = jax.tree.map(np.asarray, reward_value_law(env, env_params))
-        except ValueError as err:
-            values_error = str(err)
+            errors[kind] = " ".join(str(err).split())[:300]
     return GroundTruth(mdp=lambda: env.tabular_mdp(env_params), horizon=horizon,
-                       task_metrics=task_metrics, reward_law=reward_law,
-                       return_plan=return_plan, return_error=error,
-                       reward_values=reward_values, reward_values_error=values_error)
+                       task_metrics=task_metrics, reward_law=reward_law, plans=plans,
+                       plan_errors=errors)
+
+
+def exact_unavailable(kind: str, gt: GroundTruth, gamma: Any = None,
+                      where: str = "this environment") -> str:
+    """Why the exact model ``kind`` cannot be computed on ``where`` ("" if it can); ``gamma``,
+    where given, is checked against a kind exact only for γ = 1."""
+    name = kind.replace("_", " ")
+    if exact_model(kind).undiscounted_only and gamma is not None and float(gamma) != 1.0:
+        return (f"the exact {name} is that of the undiscounted return and needs gamma=1, got "
+                f"gamma={float(gamma):g}")
+    if kind not in gt.plans:
+        return f"no exact {name} on {where}: {gt.plan_errors.get(kind, 'not planned')}"
+    return ""
 
 
 def policy_table(network: ActorCritic, agent_params: Any, mdp: tabular.TabularMDP,
@@ -146,35 +114,11 @@ def exact_return(gt: GroundTruth, mdp: tabular.TabularMDP, pi: Array) -> Array:
 
 def exact_model_params(kind: str, gt: GroundTruth, mdp: tabular.TabularMDP, pi: Array,
                        gamma: Array) -> Any:
-    """Parameters of the exact (oracle) hindsight model ``kind`` for policy ``pi``.
-
-    ``"state_hindsight"``: ``{"log_h": log h_γ [S, S, A]}`` (``hindsight.state_hindsight``).
-    ``"reward_hindsight"``: ``{"log_h": log p_γ(a|s, u) [S, U, A], "values": [U]}``
-    (``hindsight.reward_hindsight``; COCOA-reward).
-    ``"return_hindsight"``: ``{"bandit": (mdp, pi)}`` or ``{"grid": (p_sa, p_s, pi, support)}``,
-    NaN unless γ = 1 (module docstring).
-    """
-    if kind == "state_hindsight":
-        h = hindsight.state_hindsight(mdp, pi, gamma)
-        return {"log_h": jnp.log(jnp.maximum(h, 1e-30))}
-    if kind == "reward_hindsight":
-        if gt.reward_values is None:
-            raise ValueError(f"no exact reward hindsight for this environment: "
-                             f"{gt.reward_values_error or 'reward values not planned'}")
-        values, probs = gt.reward_values
-        h = hindsight.reward_hindsight(mdp, pi, gamma, jnp.asarray(probs))
-        return {"log_h": jnp.log(jnp.maximum(h, 1e-30)), "values": jnp.asarray(values)}
-    if kind != "return_hindsight":
-        raise ValueError(f"unknown exact model {kind!r}")
-    if gt.return_plan is None:
-        raise ValueError(f"no exact return hindsight for this environment: {gt.return_error}")
-    poison = jnp.where(gamma == 1.0, 0.0, jnp.nan)
-    if gt.return_plan[0] == "bandit":
-        return {"bandit": (mdp, pi + poison)}
-
-    plan = gt.return_plan[1]
-    p_sa, p_s = return_law.return_law(mdp, pi, plan, gt.reward_law)
-    return {"grid": (p_sa + poison, p_s, pi, jnp.asarray(plan.support))}
+    """Parameters of the exact (oracle) model ``kind`` for policy ``pi`` (``exact.models``);
+    a one-line ValueError where it was not planned."""
+    if kind not in gt.plans:
+        raise ValueError(exact_unavailable(kind, gt))
+    return exact_model(kind).params(gt.plans[kind], mdp, pi, gamma)
 
 
 def kl_divergence(log_p: Array, log_q: Array, weight: Array) -> Array:
@@ -188,17 +132,6 @@ def has_undelayed_truth(env: Any) -> bool:
     Q-values of the undelayed reward are its reference (``wrappers.DelayedReward``)."""
     inner = getattr(env, "undelayed", None)
     return inner is not None and has_ground_truth(inner)
-
-
-def exact_redistribution_params(kind: str, mdp: tabular.TabularMDP, pi: Array) -> dict:
-    """The exact quantity an oracle redistributor reads (``Redistributor.exact_model``).
-
-    ``"action_values"``: Q^π of the undiscounted return (γ = 1; every policy must end its
-    episodes) and the mean reward of each transition.
-    """
-    if kind != "action_values":
-        raise ValueError(f"unknown exact redistribution model {kind!r}")
-    return {"q": tabular.action_values(mdp, pi, 1.0), "transition_reward": mdp.transition_reward}
 
 
 def redistribution_quality(mdp: tabular.TabularMDP, pi: Array, gamma: Array, state: Array,
