@@ -19,6 +19,7 @@ import pytest
 from jaxcredit import objectives, redistribute
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.estimators.registry import ESTIMATORS
+from jaxcredit.exact.models import EXACT_MODELS
 
 # Metrics that are NaN by design at an update: no training episode ended in its window.
 MAY_BE_NAN = {"episode_return", "episode_length"}
@@ -92,6 +93,10 @@ def test_every_registered_part_has_a_case():
     assert sorted(ESTIMATOR_CASES) == ESTIMATORS.registered("jaxcredit")
     assert sorted(REDISTRIBUTOR_CASES) == redistribute.REDISTRIBUTORS.registered("jaxcredit")
     assert sorted(OBJECTIVE_CASES) == objectives.OBJECTIVES.registered("jaxcredit")
+    # Every kind of exact model: an estimator's oracle here, RUDDER's action values in
+    # tests/test_rudder.py (test_oracle_puts_q_on_the_first_step_and_the_noise_on_the_last).
+    assert sorted({*ORACLE_CASES.values(), "action_values"}) == \
+        EXACT_MODELS.registered("jaxcredit")
 
 
 @pytest.mark.parametrize("name", sorted(ESTIMATOR_CASES))
