@@ -401,3 +401,85 @@ def test_dqn_race_maps_purejaxrl_dqn_defaults_to_the_engine():
     assert hparams["epsilon_fraction"] == 1.0
     with pytest.raises(ValueError, match="not a multiple of its NUM_ENVS"):
         dqn_fields(dict(defaults, TRAINING_INTERVAL=15), 500_000)
+
+
+# A dqn.py look-alike, as PureJaxRL's: wandb and gymnax's own LogWrapper imported at the top, the
+# old five-value step unpacked, jax.tree_map called, and its defaults in `config` inside main().
+FAKE_DQN = '''
+import jax
+import jax.numpy as jnp
+import wandb
+from gymnax.wrappers.purerl import FlattenObservationWrapper, LogWrapper
+import gymnax
+
+
+def make_train(config):
+    config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_ENVS"]
+    basic_env, env_params = gymnax.make(config["ENV_NAME"])
+    env = LogWrapper(FlattenObservationWrapper(basic_env))
+
+    def train(rng):
+        keys = jax.random.split(rng, config["NUM_ENVS"])
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+
+        def step(carry, key):
+            state, total = carry
+            keys = jax.random.split(key, config["NUM_ENVS"])
+            action = jnp.zeros(config["NUM_ENVS"], jnp.int32)
+            obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                keys, state, action, env_params)
+            return (state, total + reward.sum()), info["returned_episode"]
+
+        steps = jax.random.split(rng, int(config["NUM_UPDATES"]))
+        (_, total), ended = jax.lax.scan(step, (state, 0.0), steps)
+        return jax.tree_map(jnp.sum, {"total": total, "episodes": ended})
+
+    return train
+
+
+def main():
+    config = {"NUM_ENVS": 10, "BUFFER_SIZE": 10000, "BUFFER_BATCH_SIZE": 128,
+              "TOTAL_TIMESTEPS": 5e5, "EPSILON_START": 1.0, "EPSILON_FINISH": 0.05,
+              "EPSILON_ANNEAL_TIME": 25e4, "TARGET_UPDATE_INTERVAL": 500, "LR": 2.5e-4,
+              "LEARNING_STARTS": 10000, "TRAINING_INTERVAL": 10, "LR_LINEAR_DECAY": False,
+              "GAMMA": 0.99, "TAU": 1.0, "ENV_NAME": "CartPole-v1", "SEED": 0, "NUM_SEEDS": 1,
+              "WANDB_MODE": "disabled"}
+    wandb.init(mode=config["WANDB_MODE"])
+'''
+
+
+def test_purejaxrl_dqn_loads_unedited_through_the_bridge(tmp_path):
+    """dqn.py exported from git and imported as it is: gymnax ≥ 1.0's LogWrapper returns six
+    values and jax has no tree_map, so the stand-in's train fails without the bridge and runs
+    with it; its defaults are read from main() and map onto the engine."""
+    root = tmp_path / "checkout"
+    (root / "purejaxrl").mkdir(parents=True)
+    (root / "purejaxrl" / "dqn.py").write_text(textwrap.dedent(FAKE_DQN))
+    for name in purejaxrl.FILES:
+        (root / "purejaxrl" / name).write_text("")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    try:
+        for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "fake"]):
+            subprocess.run([*git, *cmd], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git is not available")
+    (tmp_path / "export").mkdir()
+    folder = purejaxrl.export_from_git(str(root / ".git"), tmp_path / "export",
+                                       files=purejaxrl.FILES + (purejaxrl.DQN_FILE,))
+    dqn, defaults = purejaxrl.load_dqn(folder)
+    assert defaults["TRAINING_INTERVAL"] == 10 and defaults["TARGET_UPDATE_INTERVAL"] == 500
+    fields, _ = bench_races.dqn_fields(defaults, 1000)
+    assert (fields["num_envs"], fields["num_steps"], fields["target_update_every"]) == (10, 1, 50)
+    out = jax.jit(dqn.make_train(dict(defaults, TOTAL_TIMESTEPS=200)))(jax.random.key(0))
+    # 20 vector steps of 10 CartPoles always pushing left: reward 1 per step, and an episode
+    # falls in 8–12 steps, so each environment ends one or two.
+    assert float(out["total"]) == 200.0
+    assert 10 <= int(out["episodes"]) <= 20
+    # Unbridged, the same module cannot run on this gymnax and jax.
+    with purejaxrl._stand_ins(purejaxrl.missing_packages()):
+        raw = purejaxrl._load_module("purejaxrl_dqn_raw", folder / purejaxrl.DQN_FILE)
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        raw.make_train(dict(defaults, TOTAL_TIMESTEPS=200))(jax.random.key(0))
+    raw.LogWrapper = dqn.LogWrapper  # the step bridged, not jax: tree_map is still missing
+    with pytest.raises(AttributeError, match="tree_map"):
+        raw.make_train(dict(defaults, TOTAL_TIMESTEPS=200))(jax.random.key(0))
