@@ -55,7 +55,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from gymnax.environments import environment, spaces
+from gymnax.environments import environment
+
+from jaxcredit.envs.base import DiscreteEnv
 
 Array = jax.Array
 
@@ -144,7 +146,7 @@ class ChainParams(environment.EnvParams):
     max_steps_in_episode: int = 4
 
 
-class ArithmeticChain(environment.Environment[ChainState, ChainParams]):
+class ArithmeticChain(DiscreteEnv):
     """K-step modular arithmetic with exact step labels (module docstring).
 
     Args:
@@ -240,12 +242,6 @@ class ArithmeticChain(environment.Environment[ChainState, ChainParams]):
     @property
     def num_actions(self) -> int:
         return self.modulus
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(self.modulus)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (self.obs_size,), jnp.float32)
 
     # ------------------------------------------------------------------ reading observations
 

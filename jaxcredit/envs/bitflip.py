@@ -20,7 +20,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
+from gymnax.environments import environment
+
+from jaxcredit.envs.base import DiscreteEnv
 
 Array = jax.Array
 
@@ -43,7 +45,7 @@ def goal_reward(achieved_goal: Array, desired_goal: Array) -> Array:
     return success.astype(jnp.float32) - 1.0
 
 
-class BitFlip(environment.Environment[BitFlipState, BitFlipParams]):
+class BitFlip(DiscreteEnv):
     """Goal-conditioned bit flipping with n bits (n = 1 ... hundreds; the paper uses up to 50)."""
 
     terminates_on_success = True
@@ -73,6 +75,10 @@ class BitFlip(environment.Environment[BitFlipState, BitFlipParams]):
 
     def success(self, achieved: Array, desired: Array) -> Array:
         return jnp.all(achieved == desired, axis=-1)
+
+    @property
+    def obs_size(self) -> int:
+        return 2 * self.n
 
     @property
     def default_params(self) -> BitFlipParams:
@@ -111,10 +117,6 @@ class BitFlip(environment.Environment[BitFlipState, BitFlipParams]):
     def is_terminated(self, state, params) -> Array:
         return jnp.all(state.bits == state.goal)
 
-    def is_truncated(self, state, params) -> Array:
-        return jnp.logical_and(state.time >= params.max_steps_in_episode,
-                               jnp.logical_not(self.is_terminated(state, params)))
-
     @property
     def name(self) -> str:
         return f"BitFlip-{self.n}"
@@ -122,9 +124,3 @@ class BitFlip(environment.Environment[BitFlipState, BitFlipParams]):
     @property
     def num_actions(self) -> int:
         return self.n
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(self.n)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (2 * self.n,), jnp.float32)

@@ -40,7 +40,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from gymnax.environments import environment, spaces
+from gymnax.environments import environment
+
+from jaxcredit.envs.base import DiscreteEnv
 
 Array = jax.Array
 
@@ -94,7 +96,7 @@ def random_success_rate(num_commands: int, solution_length: int, num_fatal: int,
     return float(p[n])
 
 
-class CommandChain(environment.Environment[CommandChainState, CommandChainParams]):
+class CommandChain(DiscreteEnv):
     """H decisions among M commands, one pass/fail bit at the end (see module docstring)."""
 
     def __init__(self, num_commands: int = 16, solution_length: int = 5, num_fatal: int = 1,
@@ -117,6 +119,10 @@ class CommandChain(environment.Environment[CommandChainState, CommandChainParams
         solutions, fatal = draw_instances(int(instance_seed), P, M, n, f)
         self.solutions = jnp.asarray(solutions)
         self.fatal = jnp.asarray(fatal)
+
+    @property
+    def obs_size(self) -> int:
+        return self.num_instances + 1 + (self.solution_length + 1 if self.observe_progress else 0)
 
     @property
     def default_params(self) -> CommandChainParams:
@@ -195,19 +201,8 @@ class CommandChain(environment.Environment[CommandChainState, CommandChainParams
         return jnp.concatenate(parts).astype(jnp.float32)
 
     @property
-    def name(self) -> str:
-        return "CommandChain"
-
-    @property
     def num_actions(self) -> int:
         return self.num_commands
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(self.num_commands)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        size = self.num_instances + 1 + (self.solution_length + 1 if self.observe_progress else 0)
-        return spaces.Box(0.0, 1.0, (size,), jnp.float32)
 
     def random_success_rate(self) -> float:
         """P(pass) of the uniform random policy (exact)."""

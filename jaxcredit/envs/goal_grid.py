@@ -22,7 +22,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
+from gymnax.environments import environment
+
+from jaxcredit.envs.base import DiscreteEnv
 
 Array = jax.Array
 MOVES = jnp.array([[0, 1], [0, -1], [-1, 0], [1, 0]], jnp.int32)  # up, down, left, right
@@ -40,7 +42,7 @@ class GoalGridParams(environment.EnvParams):
     max_steps_in_episode: int = 16
 
 
-class GoalGrid(environment.Environment[GoalGridState, GoalGridParams]):
+class GoalGrid(DiscreteEnv):
     """Goal-conditioned: reach a goal cell on an open ``size × size`` grid (module docstring)."""
 
     terminates_on_success = True
@@ -51,6 +53,9 @@ class GoalGrid(environment.Environment[GoalGridState, GoalGridParams]):
         if int(size) < 2:
             raise ValueError(f"GoalGrid needs size >= 2 (got size={size}).")
         self.size = int(size)
+
+    num_actions = 4
+    obs_size = 4
 
     @property
     def default_params(self) -> GoalGridParams:
@@ -98,20 +103,6 @@ class GoalGrid(environment.Environment[GoalGridState, GoalGridParams]):
     def is_terminated(self, state, params) -> Array:
         return jnp.all(state.position == state.goal)
 
-    def is_truncated(self, state, params) -> Array:
-        return jnp.logical_and(state.time >= params.max_steps_in_episode,
-                               jnp.logical_not(self.is_terminated(state, params)))
-
     @property
     def name(self) -> str:
         return f"GoalGrid-{self.size}"
-
-    @property
-    def num_actions(self) -> int:
-        return 4
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(4)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (4,), jnp.float32)

@@ -22,8 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from gymnax.environments import environment, spaces
+from gymnax.environments import environment
 
+from jaxcredit.envs.base import DiscreteEnv
 from jaxcredit.envs.tabular_env import TabularEnv
 from jaxcredit.envs.wrappers import DelayedReward
 
@@ -69,7 +70,7 @@ class GridWorldParams(environment.EnvParams):
     max_steps_in_episode: int = 50
 
 
-class GridWorld(TabularEnv, environment.Environment[GridWorldState, GridWorldParams]):
+class GridWorld(TabularEnv, DiscreteEnv):
     """H-DICE gridworld with immediate rewards (v1: 5×5, 50 steps; v2: 10×10, 100 steps).
 
     Observation (float32): one-hot agent cell ``[H·W]``, map of diamonds still present ``[H·W]``,
@@ -113,6 +114,12 @@ class GridWorld(TabularEnv, environment.Environment[GridWorldState, GridWorldPar
             nxt[:, a] = np.where(self._wall[target], np.arange(self.num_cells), target)
         return nxt
 
+    num_actions = 4
+
+    @property
+    def obs_size(self) -> int:
+        return 2 * self.num_cells + int(self.time_feature)
+
     @property
     def default_params(self) -> GridWorldParams:
         return GridWorldParams(max_steps_in_episode=MAX_STEPS[self.version])
@@ -150,24 +157,9 @@ class GridWorld(TabularEnv, environment.Environment[GridWorldState, GridWorldPar
     def is_terminated(self, state, params) -> Array:
         return jnp.asarray(self._goal)[state.position]
 
-    def is_truncated(self, state, params) -> Array:
-        return jnp.logical_and(state.time >= params.max_steps_in_episode,
-                               jnp.logical_not(self.is_terminated(state, params)))
-
     @property
     def name(self) -> str:
         return f"GridWorld-v{self.version}"
-
-    @property
-    def num_actions(self) -> int:
-        return 4
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(4)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        size = 2 * self.num_cells + int(self.time_feature)
-        return spaces.Box(0.0, 1.0, (size,), jnp.float32)
 
     @property
     def num_states(self) -> int:

@@ -21,25 +21,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from gymnax.environments import environment, spaces
+from gymnax.environments import environment
 
+from jaxcredit.envs.base import DiscreteEnv
 from jaxcredit.envs.tabular_env import TabularEnv
 
 Array = jax.Array
 
 
-def _truncated_not_terminated(env, state, params) -> Array:
-    """A time-out that coincides with a true terminal is a termination, not a truncation."""
-    return jnp.logical_and(state.time >= params.max_steps_in_episode,
-                           jnp.logical_not(env.is_terminated(state, params)))
-
-
-class _OptimalFirstAction(TabularEnv):
+class _OptimalFirstAction(TabularEnv, DiscreteEnv):
     """The three tasks start in state 0, where action 0 is the optimal choice.
 
     (Shortcut: the shortcut; DelayedEffect: the +1 branch; AmbiguousBandit: the HI arm, optimal
     while ε < 1/2 and μ_HI > μ_LO, as in the defaults.)
     """
+
+    num_actions = 2
 
     def task_metrics(self, params, pi: Array) -> dict[str, Array]:
         """``p_optimal_first_action`` = π(a* = 0 | s_0 = 0): the decision the task is about."""
@@ -89,6 +86,10 @@ class Shortcut(_OptimalFirstAction, environment.Environment[ShortcutState, Short
         self.n = int(n)
 
     @property
+    def obs_size(self) -> int:
+        return self.n
+
+    @property
     def default_params(self) -> ShortcutParams:
         return ShortcutParams(max_steps_in_episode=self.n)
 
@@ -112,23 +113,6 @@ class Shortcut(_OptimalFirstAction, environment.Environment[ShortcutState, Short
 
     def is_terminated(self, state, params) -> Array:
         return state.position == self.n - 1
-
-    def is_truncated(self, state, params) -> Array:
-        return _truncated_not_terminated(self, state, params)
-
-    @property
-    def name(self) -> str:
-        return "Shortcut"
-
-    @property
-    def num_actions(self) -> int:
-        return 2
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(2)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (self.n,), jnp.float32)
 
     @property
     def num_states(self) -> int:
@@ -203,6 +187,8 @@ class DelayedEffect(_OptimalFirstAction,
             raise ValueError(f"DelayedEffect needs a chain of n >= 1 states (got n={n}).")
         self.n = int(n)
 
+    obs_size = 4
+
     @property
     def default_params(self) -> DelayedEffectParams:
         return DelayedEffectParams(max_steps_in_episode=self.n + 1)
@@ -230,23 +216,6 @@ class DelayedEffect(_OptimalFirstAction,
 
     def is_terminated(self, state, params) -> Array:
         return state.position == self.n + 1
-
-    def is_truncated(self, state, params) -> Array:
-        return _truncated_not_terminated(self, state, params)
-
-    @property
-    def name(self) -> str:
-        return "DelayedEffect"
-
-    @property
-    def num_actions(self) -> int:
-        return 2
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(2)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (4,), jnp.float32)
 
     @property
     def num_states(self) -> int:
@@ -315,6 +284,8 @@ class AmbiguousBandit(_OptimalFirstAction,
     π(HI | start).
     """
 
+    obs_size = 3
+
     @property
     def default_params(self) -> AmbiguousBanditParams:
         return AmbiguousBanditParams()
@@ -338,23 +309,6 @@ class AmbiguousBandit(_OptimalFirstAction,
 
     def is_terminated(self, state, params) -> Array:
         return state.position > 0
-
-    def is_truncated(self, state, params) -> Array:
-        return _truncated_not_terminated(self, state, params)
-
-    @property
-    def name(self) -> str:
-        return "AmbiguousBandit"
-
-    @property
-    def num_actions(self) -> int:
-        return 2
-
-    def action_space(self, params=None) -> spaces.Discrete:
-        return spaces.Discrete(2)
-
-    def observation_space(self, params=None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (3,), jnp.float32)
 
     @property
     def num_states(self) -> int:

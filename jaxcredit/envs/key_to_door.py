@@ -17,6 +17,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from jaxcredit.envs.base import DiscreteEnv
 from jaxcredit.envs.tabular_env import TabularEnv
 
 # Cell contents, in COCOA's order (the order fixes the observation's one-hot layout).
@@ -93,7 +94,7 @@ def fixed_layout(length: int, seed: int = 2022, apple_prob: float = 0.8) -> np.n
     return cells
 
 
-class KeyToDoor(TabularEnv, environment.Environment[KeyToDoorState, KeyToDoorParams]):
+class KeyToDoor(TabularEnv, DiscreteEnv):
     """COCOA's linear key-to-door task: pick a key at t = 0, open a door at t = L-2.
 
     The agent rides a conveyor of ``length`` cells; the position advances by one cell every step
@@ -154,6 +155,9 @@ class KeyToDoor(TabularEnv, environment.Environment[KeyToDoorState, KeyToDoorPar
         self.num_states = 2 * self.length + 2
 
     # ------------------------------------------------------------------ gymnax API
+
+    num_actions = NUM_ACTIONS
+    obs_size = 1 + NUM_CELL_TYPES + 2
 
     @property
     def default_params(self) -> KeyToDoorParams:
@@ -225,23 +229,9 @@ class KeyToDoor(TabularEnv, environment.Environment[KeyToDoorState, KeyToDoorPar
     def is_terminated(self, state: KeyToDoorState, params: KeyToDoorParams) -> jax.Array:
         return state.position >= self.length
 
-    def is_truncated(self, state: KeyToDoorState, params: KeyToDoorParams) -> jax.Array:
-        # A time limit that coincides with the natural end is a termination, not a truncation.
-        return (state.time >= params.max_steps_in_episode) & ~self.is_terminated(state, params)
-
     @property
     def name(self) -> str:
         return f"KeyToDoor-{self.length}"
-
-    @property
-    def num_actions(self) -> int:
-        return NUM_ACTIONS
-
-    def action_space(self, params: KeyToDoorParams | None = None) -> spaces.Discrete:
-        return spaces.Discrete(NUM_ACTIONS)
-
-    def observation_space(self, params: KeyToDoorParams | None = None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (1 + NUM_CELL_TYPES + 2,), jnp.float32)
 
     def state_space(self, params: KeyToDoorParams | None = None) -> spaces.Dict:
         return spaces.Dict(

@@ -18,6 +18,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from jaxcredit.envs.base import DiscreteEnv
 from jaxcredit.envs.tabular_env import TabularEnv
 
 PICK_LEFT, PICK_RIGHT = 0, 1
@@ -63,9 +64,7 @@ class TaskInterleavingParams(environment.EnvParams):
     max_steps_in_episode: int = 100
 
 
-class TaskInterleaving(
-    TabularEnv, environment.Environment[TaskInterleavingState, TaskInterleavingParams]
-):
+class TaskInterleaving(TabularEnv, DiscreteEnv):
     """COCOA's stochastic task interleaving: keys from query rooms pay off in answer rooms.
 
     There are ``num_contexts`` contexts (default 5), each with ``2 * num_objects`` objects split
@@ -140,6 +139,12 @@ class TaskInterleaving(
         self._tabular_cache: dict[str, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ gymnax API
+
+    num_actions = NUM_ACTIONS
+
+    @property
+    def obs_size(self) -> int:
+        return 3 * self.num_contexts + 1 + 4 * self.num_objects
 
     @property
     def default_params(self) -> TaskInterleavingParams:
@@ -229,26 +234,6 @@ class TaskInterleaving(
         self, state: TaskInterleavingState, params: TaskInterleavingParams
     ) -> jax.Array:
         return state.terminated
-
-    def is_truncated(
-        self, state: TaskInterleavingState, params: TaskInterleavingParams
-    ) -> jax.Array:
-        return (state.time >= params.max_steps_in_episode) & ~state.terminated
-
-    @property
-    def name(self) -> str:
-        return "TaskInterleaving"
-
-    @property
-    def num_actions(self) -> int:
-        return NUM_ACTIONS
-
-    def action_space(self, params: TaskInterleavingParams | None = None) -> spaces.Discrete:
-        return spaces.Discrete(NUM_ACTIONS)
-
-    def observation_space(self, params: TaskInterleavingParams | None = None) -> spaces.Box:
-        size = 3 * self.num_contexts + 1 + 4 * self.num_objects
-        return spaces.Box(0.0, 1.0, (size,), jnp.float32)
 
     def state_space(self, params: TaskInterleavingParams | None = None) -> spaces.Dict:
         params = self.default_params if params is None else params

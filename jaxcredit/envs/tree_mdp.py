@@ -16,6 +16,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from jaxcredit.envs.base import DiscreteEnv
 from jaxcredit.envs.tabular_env import TabularEnv
 
 # COCOA makes the reward depend on the action through this multiplier of the action index.
@@ -56,7 +57,7 @@ def level_sizes(depth: int, branching: int, state_overlap: int) -> list[int]:
     return sizes
 
 
-class TreeMDP(TabularEnv, environment.Environment[TreeMDPState, TreeMDPParams]):
+class TreeMDP(TabularEnv, DiscreteEnv):
     """COCOA's tree MDP with tunable state overlap and deterministic pseudo-random rewards.
 
     Level i of the tree has n_i nodes (``level_sizes``); the episode starts at the root and lasts
@@ -129,6 +130,10 @@ class TreeMDP(TabularEnv, environment.Environment[TreeMDPState, TreeMDPParams]):
     # ------------------------------------------------------------------ gymnax API
 
     @property
+    def obs_size(self) -> int:
+        return self.num_states
+
+    @property
     def default_params(self) -> TreeMDPParams:
         return TreeMDPParams(max_steps_in_episode=self.depth)
 
@@ -169,22 +174,9 @@ class TreeMDP(TabularEnv, environment.Environment[TreeMDPState, TreeMDPParams]):
     def is_terminated(self, state: TreeMDPState, params: TreeMDPParams) -> jax.Array:
         return state.depth >= self.depth
 
-    def is_truncated(self, state: TreeMDPState, params: TreeMDPParams) -> jax.Array:
-        return (state.time >= params.max_steps_in_episode) & ~self.is_terminated(state, params)
-
-    @property
-    def name(self) -> str:
-        return "TreeMDP"
-
     @property
     def num_actions(self) -> int:
         return self.branching
-
-    def action_space(self, params: TreeMDPParams | None = None) -> spaces.Discrete:
-        return spaces.Discrete(self.branching)
-
-    def observation_space(self, params: TreeMDPParams | None = None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (self.num_states,), jnp.float32)
 
     def state_space(self, params: TreeMDPParams | None = None) -> spaces.Dict:
         return spaces.Dict(
