@@ -57,6 +57,11 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "cocoa_reward floor": dict(algo="a2c", estimator="cocoa_reward",
                                estimator_options=(("gate_floor", 0.01), ("hidden", 256),
                                                   ("model", "hypernet"))),
+    # As "cocoa_reward floor", the credit assigned with the model before the window's own fit.
+    "cocoa_reward floor held-out": dict(algo="a2c", estimator="cocoa_reward",
+                                        estimator_assign_before_fit=True,
+                                        estimator_options=(("gate_floor", 0.01), ("hidden", 256),
+                                                           ("model", "hypernet"))),
     # The hindsight model fitted on the 16 most recent windows instead of the fresh one only.
     "cocoa_reward replay16": dict(algo="a2c", estimator="cocoa_reward", estimator_fit_windows=16),
     # Return decomposition: GAE on the rewards RUDDER redistributes.

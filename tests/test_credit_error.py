@@ -112,6 +112,11 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
     np.testing.assert_allclose(same["credit/rmse_decisive"], 0.0, atol=1e-5)
     np.testing.assert_allclose(same["credit/corr_to_exact"], 1.0, atol=1e-5)
     np.testing.assert_allclose(same["credit/grad_cos_to_oracle"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(same["credit/grad_norm_ratio"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(same["credit/grad_ascent_fitted"], same["credit/grad_ascent_oracle"],
+                               rtol=1e-5)
+    # The ascent is the gradient's length times its cosine with ∇J.
+    assert float(same["credit/grad_ascent_oracle"]) * float(same["credit/grad_cos_oracle"]) > 0
     np.testing.assert_allclose(same["credit/grad_cos_fitted"], same["credit/grad_cos_oracle"],
                                atol=1e-5)
     assert float(same["credit/decisive_steps"]) > 0
@@ -121,6 +126,8 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
     wrong = metrics_with(jnp.broadcast_to(jnp.log(pi)[:, None, :], table.shape))
     assert float(wrong["credit/rmse_to_exact"]) > 0.01
     assert float(wrong["credit/grad_cos_to_oracle"]) < 0.999
+    assert not np.isclose(float(wrong["credit/grad_ascent_fitted"]),
+                          float(wrong["credit/grad_ascent_oracle"]), rtol=0.01)
 
 
 def test_credit_error_metrics_appear_at_evaluation_points_only():
@@ -131,7 +138,8 @@ def test_credit_error_metrics_appear_at_evaluation_points_only():
     _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
     # KeyToDoor's four reward values: 0, the two apples, the treasure.
     for name in ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
-                 "grad_cos_fitted", "grad_cos_oracle", "grad_cos_to_oracle",
+                 "grad_cos_fitted", "grad_cos_oracle", "grad_cos_to_oracle", "grad_norm_ratio",
+                 "grad_ascent_fitted", "grad_ascent_oracle",
                  *(f"rmse_decisive_reward{i}" for i in range(4))):
         values = np.asarray(metrics[f"credit/{name}"])
         assert np.isnan(values[[0, 2]]).all() and np.isfinite(values[[1, 3]]).all(), name

@@ -33,7 +33,10 @@ COLUMNS = (("eval/treasure_rate", "treasure rate"), ("credit/rmse_decisive", "RM
            *((f"credit/rmse_decisive_{key}", f"… from the {name}") for key, name in GROUPS),
            ("credit/sign_agreement", "sign agreement"),
            ("credit/grad_cos_fitted", "cos(∇ fitted, ∇J)"),
-           ("credit/grad_cos_oracle", "cos(∇ exact model, ∇J)"))
+           ("credit/grad_cos_oracle", "cos(∇ exact model, ∇J)"),
+           ("credit/grad_norm_ratio", "‖∇ fitted‖ / ‖∇ exact model‖"))
+# The fitted credit's exact ascent relative to the exact model's: a ratio of means.
+ASCENT = ("credit/grad_ascent_fitted", "credit/grad_ascent_oracle")
 
 
 @dataclasses.dataclass
@@ -57,25 +60,37 @@ def evaluated(run: pathlib.Path) -> dict[str, np.ndarray]:
     return {k: v[rows] for k, v in metrics.items()}
 
 
+def cell(m: dict, key: str, rows: np.ndarray) -> str:
+    """The mean of ``key`` over ``rows`` ("–" where the run predates the metric)."""
+    return f"{np.mean(m[key][rows]):.4f}" if key in m else "–"
+
+
+def ratio(m: dict, rows: np.ndarray) -> str:
+    fitted, oracle = (np.mean(m[k][rows]) for k in ASCENT)
+    return f"{fitted / oracle:.3f}"
+
+
 def report(run: pathlib.Path, quarters: int) -> list[str]:
     m = evaluated(run)
+    ascent = int(all(k in m for k in ASCENT))
     update, seed = m["update"], m["seed"]
     edges = np.linspace(0, update.max(), quarters + 1)
-    head = "| updates | " + " | ".join(title for _, title in COLUMNS) + " |"
+    columns = [title for _, title in COLUMNS] + ["ascent, fitted / exact model"] * ascent
+    head = "| updates | " + " | ".join(columns) + " |"
     lines = [f"### {run}", "", "Means over seeds and the evaluations in each part:", "", head,
-             "|" + "---|" * (len(COLUMNS) + 1)]
+             "|" + "---|" * (len(columns) + 1)]
     for lo, hi in zip(edges[:-1], edges[1:]):
         part = (update > lo) & (update <= hi)
-        cells = [f"{np.mean(m[k][part]):.4f}" for k, _ in COLUMNS]
+        cells = [cell(m, k, part) for k, _ in COLUMNS] + ([ratio(m, part)] if ascent else [])
         lines.append(f"| {int(lo) + 1}–{int(hi)} | " + " | ".join(cells) + " |")
     first = update <= edges[1]
     lines += ["", f"Per seed, updates 1–{int(edges[1])}, and the final treasure rate:", "",
-              "| seed | " + " | ".join(t for _, t in COLUMNS) + " | final rate |",
-              "|" + "---|" * (len(COLUMNS) + 2)]
+              "| seed | " + " | ".join(columns) + " | final rate |",
+              "|" + "---|" * (len(columns) + 2)]
     for s in np.unique(seed):
         rows = first & (seed == s)
         last = np.flatnonzero(seed == s)[np.argmax(update[seed == s])]
-        cells = [f"{np.mean(m[k][rows]):.4f}" for k, _ in COLUMNS]
+        cells = [cell(m, k, rows) for k, _ in COLUMNS] + ([ratio(m, rows)] if ascent else [])
         lines.append(f"| {s} | " + " | ".join(cells) + f" | {m['eval/treasure_rate'][last]:.3f} |")
     return lines + [""]
 

@@ -128,6 +128,10 @@ class TrainConfig:
     """fit on the fresh window plus this many − 1 earlier ones"""
     estimator_anneal_lr: bool = False
     """decay the estimator's learning rate linearly to 0 over the run"""
+    estimator_assign_before_fit: bool = False
+    """assign the credit with the model as it was before this update's fit (held out: the
+    window's own outcomes do not shape the coefficients that weigh them); default after it, as
+    COCOA's and HCA's code do"""
     estimator_fit_until_loss: float = 0.0
     """0, or fit each update until a running average of the model's loss falls to this value
     (at most estimator_fit_steps steps; RUDDER's rule, jaxcredit.fitting.fit)"""

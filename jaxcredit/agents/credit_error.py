@@ -15,7 +15,11 @@ estimator's exact model (the oracle twin), on the same window and key, and compa
   action): its sign (``sign_agreement``) and its error (``rmse_decisive``);
 * the policy gradient each credit gives against the exact gradient ∇_θ J(π_θ) of the
   undiscounted return by dynamic programming: ``grad_cos_fitted``, ``grad_cos_oracle`` (the
-  oracle's own noise floor on the same window) and ``grad_cos_to_oracle``.
+  oracle's own noise floor on the same window) and ``grad_cos_to_oracle``; and their sizes, which
+  a cosine cannot see: ``grad_norm_ratio`` = ‖g_fit‖ / ‖g_exact‖, and ``grad_ascent_fitted`` and
+  ``grad_ascent_oracle``, each gradient's component ⟨g, ∇J⟩ / ‖∇J‖ along the exact one: the ratio
+  of their means is, to first order, how fast a learner on the fitted credit climbs J relative to
+  one on the exact model's from the same policy.
 
 The oracle's own error is 0 by construction; the gradient cosines are the only numbers that
 compare both with the truth.
@@ -64,8 +68,12 @@ def policy_surrogate(logits: Array, action: Array, advantage: Array) -> Array:
 
 def tree_cosine(a, b) -> Array:
     """The cosine between two pytrees of the same structure, as flat vectors."""
-    dot = sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-    return dot / jnp.maximum(optax.global_norm(a) * optax.global_norm(b), 1e-30)
+    return tree_dot(a, b) / jnp.maximum(optax.global_norm(a) * optax.global_norm(b), 1e-30)
+
+
+def tree_dot(a, b) -> Array:
+    """The inner product of two pytrees of the same structure, as flat vectors."""
+    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
 def decisive_states(exact_advantage: Array) -> Array:

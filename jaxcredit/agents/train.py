@@ -299,11 +299,13 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         if estimator.is_oracle:
             params = exact_params(pi, hparams, estimator.exact_model)
         else:
+            params = est_state.params
             if estimator.learned:
                 est_state, fit_metrics = fit_estimator(state, est_state, traj, hparams,
                                                        est_fit_key)
                 metrics.update({f"estimator/{k}": v for k, v in fit_metrics.items()})
-            params = est_state.params
+            if not config.estimator_assign_before_fit:
+                params = est_state.params
         credit = jax.lax.stop_gradient(estimator.assign(params, traj, hparams, est_key))
         if estimator.update is not None:
             est_state = est_state.replace(params=estimator.update(params, traj, hparams))
@@ -403,6 +405,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         metrics["grad_cos_fitted"] = credit_error.tree_cosine(g_fitted, exact_gradient)
         metrics["grad_cos_oracle"] = credit_error.tree_cosine(g_oracle, exact_gradient)
         metrics["grad_cos_to_oracle"] = credit_error.tree_cosine(g_fitted, g_oracle)
+        metrics["grad_norm_ratio"] = optax.global_norm(g_fitted) / optax.global_norm(g_oracle)
+        unit = optax.global_norm(exact_gradient)
+        metrics["grad_ascent_fitted"] = credit_error.tree_dot(g_fitted, exact_gradient) / unit
+        metrics["grad_ascent_oracle"] = credit_error.tree_dot(g_oracle, exact_gradient) / unit
         if estimator.credit_ratio is not None and twin.credit_ratio is not None:
             # ρ = π/h at the actions taken: divided (hca_return) or learned (hca_dice).
             error = (estimator.credit_ratio(state.estimator.params, traj, hparams)

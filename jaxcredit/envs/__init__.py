@@ -7,6 +7,7 @@ quantities (dynamic programming, hindsight distributions, the law of the return)
 See docs/envs.md for the table of environments.
 """
 
+from jaxcredit.envs.base import DiscreteEnv
 from jaxcredit.envs.registry import make, register, registered
 from jaxcredit.envs.tabular_env import TabularEnv
 from jaxcredit.exact.tabular import TabularMDP, has_ground_truth
@@ -14,6 +15,7 @@ from jaxcredit.envs.wrappers import DelayedReward, EpisodeStats, FlattenObservat
 
 __all__ = [
     "DelayedReward",
+    "DiscreteEnv",
     "EpisodeStats",
     "FlattenObservation",
     "TabularEnv",
