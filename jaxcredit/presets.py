@@ -48,12 +48,12 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "cocoa_reward": dict(algo="a2c", estimator="cocoa_reward"),
     "cocoa_feature": dict(algo="a2c", estimator="cocoa_feature"),
     # COCOA's hypernet with leaky two-sided outputs, which cannot die (not COCOA's own:
-    # hindsight_models.relu_gate; experiments/key_to_door, "Which coefficient fails").
+    # hypernet.relu_gate; experiments/key_to_door, "Which coefficient fails").
     "cocoa_reward leaky": dict(algo="a2c", estimator="cocoa_reward",
                                estimator_options=(("gate_leak", 0.01), ("hidden", 256),
                                                   ("model", "hypernet"))),
     # COCOA's hypernet with its values, but a gradient floor where an output is 0, so a dead
-    # entry can come back (not COCOA's own: hindsight_models.relu_gate).
+    # entry can come back (not COCOA's own: hypernet.relu_gate).
     "cocoa_reward floor": dict(algo="a2c", estimator="cocoa_reward",
                                estimator_options=(("gate_floor", 0.01), ("hidden", 256),
                                                   ("model", "hypernet"))),
@@ -62,6 +62,11 @@ LEARNERS: dict[str, dict[str, Any]] = {
                                         estimator_assign_before_fit=True,
                                         estimator_options=(("gate_floor", 0.01), ("hidden", 256),
                                                            ("model", "hypernet"))),
+    # As "cocoa_reward floor", with h = π at the start (the output layers at zero).
+    "cocoa_reward floor at-policy": dict(algo="a2c", estimator="cocoa_reward",
+                                         estimator_options=(("gate_floor", 0.01), ("hidden", 256),
+                                                            ("model", "hypernet"),
+                                                            ("start_at_policy", True))),
     # The hindsight model fitted on the 16 most recent windows instead of the fresh one only.
     "cocoa_reward replay16": dict(algo="a2c", estimator="cocoa_reward", estimator_fit_windows=16),
     # Return decomposition: GAE on the rewards RUDDER redistributes.

@@ -27,7 +27,7 @@ from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import Hparams
 from jaxcredit.exact import hindsight, tabular
 from jaxcredit.estimators import cocoa as C
-from jaxcredit.estimators import hindsight_models as hm
+from jaxcredit.estimators import hypernet
 from jaxcredit.estimators import contribution as CO
 from jaxcredit.estimators import hca as H
 from jaxcredit.estimators import make_estimator
@@ -38,7 +38,8 @@ KEY = jax.random.key(0)
 # Evaluation-point metrics of a fitted model against its exact twin (agents.credit_error).
 CREDIT_ERROR_NAMES = ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
                       "decisive_steps", "grad_cos_fitted", "grad_cos_oracle",
-                      "grad_cos_to_oracle", "ratio_rmse_to_exact",
+                      "grad_cos_to_oracle", "grad_norm_ratio", "grad_ascent_fitted",
+                      "grad_ascent_oracle", "ratio_rmse_to_exact",
                       *(f"rmse_decisive_reward{i}" for i in range(4)))
 
 
@@ -245,7 +246,7 @@ def test_grouped_pairs_with_exact_coefficients_match_all_pairs():
 
 def test_hypernet_hindsight_hand_cases():
     num_actions = 3
-    model = hm.hypernet_hindsight(obs_ndim=1, hidden=4)
+    model = hypernet.hypernet_hindsight(obs_ndim=1, hidden=4)
     obs, u = jnp.ones((1, 2)), jnp.eye(2)[:1]
     params = model.init(jax.random.key(0), obs, num_actions, u)
     pi = jnp.array([0.5, 0.3, 0.2])
@@ -274,21 +275,22 @@ def test_hypernet_hindsight_hand_cases():
     np.testing.assert_allclose(jnp.exp(log_h(jnp.concatenate([zero, eye], 1))),
                                np.array([0.25, 0.21, 0.16]) / 0.62, atol=1e-6)
     # relu_gate: relu of the first half minus relu of the second.
-    np.testing.assert_allclose(hm.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5])), [-2.0, -0.5])
+    np.testing.assert_allclose(hypernet.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5])), [-2.0, -0.5])
     # Leaky halves (slope 0.1): (1 − 3, −0.2 − 0.5).
-    np.testing.assert_allclose(hm.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5]), 0.1), [-2.0, -0.7])
+    np.testing.assert_allclose(hypernet.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5]), 0.1),
+                               [-2.0, -0.7])
     # Both halves negative: COCOA's entry is 0 with no gradient (dead); the leaky one is not.
     both_negative = jnp.array([-1.0, -3.0])
-    assert float(jax.grad(lambda y: hm.relu_gate(y).sum())(both_negative)[0]) == 0.0
-    np.testing.assert_allclose(jax.grad(lambda y: hm.relu_gate(y, 0.1).sum())(both_negative),
+    assert float(jax.grad(lambda y: hypernet.relu_gate(y).sum())(both_negative)[0]) == 0.0
+    np.testing.assert_allclose(jax.grad(lambda y: hypernet.relu_gate(y, 0.1).sum())(both_negative),
                                [0.1, -0.1])
     # A gradient floor (β = 0.1): COCOA's values, and slope β wherever a half is ≤ 0.
     y = jnp.array([1.0, -2.0, 3.0, 0.5])
-    np.testing.assert_allclose(hm.relu_gate(y, floor=0.1), [-2.0, -0.5])
-    np.testing.assert_allclose(jax.grad(lambda v: hm.relu_gate(v, floor=0.1).sum())(y),
+    np.testing.assert_allclose(hypernet.relu_gate(y, floor=0.1), [-2.0, -0.5])
+    np.testing.assert_allclose(jax.grad(lambda v: hypernet.relu_gate(v, floor=0.1).sum())(y),
                                [1.0, 0.1, -1.0, -1.0])
     np.testing.assert_allclose(
-        jax.grad(lambda v: hm.relu_gate(v, floor=0.1).sum())(both_negative), [0.1, -0.1])
+        jax.grad(lambda v: hypernet.relu_gate(v, floor=0.1).sum())(both_negative), [0.1, -0.1])
 
 
 def test_gate_leak_reaches_the_hypernet_and_is_checked():
@@ -490,3 +492,22 @@ def test_bad_options_are_one_line_errors():
     env, params = envs.make("KeyToDoor", length=23)
     est = make_estimator("cocoa_reward", env=env, env_params=params)
     assert est.exact_model == "reward_hindsight" and est.oracle().is_oracle
+
+
+def test_start_at_policy_gives_h_equal_to_pi_and_learns_through_the_floor():
+    traj = _random_window(0)
+    hp = Hparams.create(gamma=0.9, lambda_=0.9)
+    est = make_estimator("cocoa_reward", reward_values="0,0.5,1", model="hypernet", hidden=8,
+                         gate_floor=0.1, start_at_policy=True)
+    params = est.init(jax.random.key(4), traj)
+    log_h, _ = est.hindsight(params, traj, hp, KEY)
+    log_pi = jax.nn.log_softmax(traj.logits, axis=-1)
+    # h(·|s_t, u_k) = π(·|s_t) at every sampled pair ([N, T, K, A]): every w = h/π is 1.
+    log_pi = jnp.swapaxes(log_pi, 0, 1)[:, :, None]
+    np.testing.assert_allclose(jnp.exp(log_h), jnp.exp(jnp.broadcast_to(log_pi, log_h.shape)),
+                               atol=1e-6)
+    grad = jax.grad(lambda p: est.loss(p, traj, hp, KEY)[0])(params)
+    assert float(jnp.abs(grad["params"]["gate"]["kernel"]).max()) > 0  # the floor passes it
+    with pytest.raises(ValueError, match="start_at_policy needs"):
+        make_estimator("cocoa_reward", reward_values="0,1", model="hypernet",
+                       start_at_policy=True)

@@ -1,7 +1,7 @@
 """Whether a fitted COCOA hypernet can still move at s₀: its two-sided ReLU outputs at the start
 state, read from a finished run's last checkpoint.
 
-COCOA's hindsight network (``hindsight_models.hypernet_hindsight``) outputs
+COCOA's hindsight network (``hypernet.hypernet_hindsight``) outputs
 log h = log π + relu_gate(W_ℓ z) + relu_gate(W_G z)·[log π, log(1 − π)], relu_gate(y) = relu(y₁) −
 relu(y₂). An entry whose two halves are both negative is exactly 0 *and has no gradient*: where
 every entry is so at s₀ for an outcome u, h(·|s₀, u) = π for good, the coefficient w = 1 and the

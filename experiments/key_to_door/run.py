@@ -105,6 +105,11 @@ COCOA_LEARNER_SETTINGS = {
         dict(critic=False, estimator_assign_before_fit=True, **COCOA_MODEL_CONFIG),
         dict(model="hypernet", hidden=256, gate_floor=0.01),
         dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2))),
+    # As "cocoa_reward floor", the output layers started at zero: h = π (w = 1) before any fit.
+    "cocoa_reward floor at-policy": (
+        dict(critic=False, **COCOA_MODEL_CONFIG),
+        dict(model="hypernet", hidden=256, gate_floor=0.01, start_at_policy=True),
+        dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2))),
     # causal_reward_gt: the exact coefficients, no critic; COCOA tunes its agent separately
     # (lr 1e-2); the same agent as the fitted learner (3e-4) is the ablation (--lr 1e-2 for
     # COCOA's).

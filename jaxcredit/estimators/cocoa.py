@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcredit.estimators import hindsight_models as hm
+from jaxcredit.estimators import hypernet
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.estimators.contribution import (
     HindsightObject, check_pair_options, pairwise_estimator)
@@ -189,6 +190,7 @@ def cocoa_reward(
     num_states: Optional[int] = None,
     gate_leak: float = 0.0,
     gate_floor: float = 0.0,
+    start_at_policy: bool = False,
     env: Any = None,
     env_params: Any = None,
 ) -> Estimator:
@@ -209,16 +211,19 @@ def cocoa_reward(
       num_pairs, chunk, bootstrap: as ``hca_state``.
       mask_zero_reward_loss: fit only on pairs whose later reward is non-zero.
       model: "mlp" (policy-modulated MLP on [s_t, one-hot u_k]), "hypernet" (COCOA's own
-        network, ``hindsight_models.hypernet_hindsight``; ``hidden=256`` as COCOA), "tabular"
+        network, ``hypernet.hypernet_hindsight``; ``hidden=256`` as COCOA), "tabular"
         (a table ``[S, U, A]`` on one-hot state observations; needs ``num_states``) or "oracle" (the
         exact p^π_γ of the current policy, supplied by the engine on environments with ground
         truth).
       hidden: MLP width.
       policy_modulated: logits = stop_gradient(log π(·|s_t)) + f_φ(s_t, u_k).
       gate_leak: the hypernet's two-sided outputs as leaky ReLUs of this slope (0: COCOA's
-        ReLUs, whose entries can die: ``hindsight_models.relu_gate``).
+        ReLUs, whose entries can die: ``hypernet.relu_gate``).
       gate_floor: COCOA's ReLU outputs with this gradient slope where they are 0 (straight
         through: the same values, but an entry that is off still learns).
+      start_at_policy: the hypernet's output layers start at zero, so h = π (every
+        coefficient w = 1, exact for every outcome the action does not change) before any fit;
+        needs ``gate_floor`` > 0 (a ReLU output at 0 has no gradient).
       env, env_params: supplied by the engine and the diagnostics.
     """
     check_pair_options(pairs, num_pairs, chunk)
@@ -230,6 +235,9 @@ def cocoa_reward(
             raise ValueError(f"{name} applies to model='hypernet' only")
     if gate_leak and gate_floor:
         raise ValueError("gate_leak and gate_floor are alternatives: set one")
+    if start_at_policy and not (model == "hypernet" and gate_floor):
+        raise ValueError("start_at_policy needs model='hypernet' and gate_floor > 0 (a ReLU "
+                         "output that starts at 0 has no gradient)")
     if model == "tabular" and num_states is None:
         raise ValueError("model='tabular' needs num_states")
     values = resolve_reward_values(reward_values, env, env_params)
@@ -241,8 +249,8 @@ def cocoa_reward(
         if model == "mlp":
             return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated, target_ndim=1)
         if model == "hypernet":
-            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden, leak=gate_leak,
-                                         floor=gate_floor)
+            return hypernet.hypernet_hindsight(obs_ndim(trajectory), hidden, leak=gate_leak,
+                                         floor=gate_floor, at_policy=start_at_policy)
         return hm.state_tabular(num_states, policy_modulated, num_targets=len(values))
 
     options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
@@ -301,7 +309,7 @@ def cocoa_feature(
 
     def build(trajectory):
         if model == "hypernet":
-            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden)
+            return hypernet.hypernet_hindsight(obs_ndim(trajectory), hidden)
         return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated, target_ndim=1)
 
     return pairwise_estimator(

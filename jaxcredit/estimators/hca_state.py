@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from jaxcredit.estimators import hindsight_models as hm
+from jaxcredit.estimators import hypernet
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.estimators.contribution import (
     check_pair_options, observation_object, pairwise_estimator)
@@ -58,7 +59,7 @@ def hca_state(
         it), and it is what lets hindsight work when states are aliased (DelayedEffect's
         observations): r_k then carries the evidence. A hybrid of HCA+ and COCOA-reward. Its
         target then differs from the exact h(a|s_t, s_k) that ``estimator/kl_to_exact`` uses.
-      model: "mlp", "hypernet" (COCOA's network, ``hindsight_models.hypernet_hindsight``, on
+      model: "mlp", "hypernet" (COCOA's network, ``hypernet.hypernet_hindsight``, on
         u = s_k; ``hidden=256`` as COCOA), "tabular" (state observations; needs
         ``num_states``), "oracle" (the exact
         h_γ of the current policy, supplied by the engine on environments with ground truth),
@@ -82,7 +83,7 @@ def hca_state(
             return hm.state_mlp(obs_ndim(trajectory), hidden, policy_modulated,
                                 condition_on_reward)
         if model == "hypernet":  # COCOA's HCA+: its hindsight network on u = s_k
-            return hm.hypernet_hindsight(obs_ndim(trajectory), hidden, obs_ndim(trajectory))
+            return hypernet.hypernet_hindsight(obs_ndim(trajectory), hidden, obs_ndim(trajectory))
         return hm.state_tabular(num_states, policy_modulated)
 
     options = dict(pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
