@@ -67,6 +67,11 @@ LEARNERS: dict[str, dict[str, Any]] = {
                                          estimator_options=(("gate_floor", 0.01), ("hidden", 256),
                                                             ("model", "hypernet"),
                                                             ("start_at_policy", True))),
+    # As "cocoa_reward floor", the agent held still while the model fits its first 100 updates.
+    "cocoa_reward floor warm-up": dict(algo="a2c", estimator="cocoa_reward",
+                                       model_warmup_updates=100,
+                                       estimator_options=(("gate_floor", 0.01), ("hidden", 256),
+                                                          ("model", "hypernet"))),
     # The hindsight model fitted on the 16 most recent windows instead of the fresh one only.
     "cocoa_reward replay16": dict(algo="a2c", estimator="cocoa_reward", estimator_fit_windows=16),
     # Return decomposition: GAE on the rewards RUDDER redistributes.

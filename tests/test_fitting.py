@@ -252,3 +252,28 @@ def test_credit_before_the_fit_does_not_see_the_windows_own_fit():
     after_fast, _ = first_step(False, 4)
     assert differ(after_slow, agent_slow) == 0.0  # no fit: the two orders agree
     assert differ(after_slow, after_fast) > 1e-6
+
+
+def test_model_warmup_fits_the_model_while_the_agent_waits():
+    """Two warm-up updates: the agent's parameters and optimiser stay at their initial values
+    while the model fits; the third update moves the agent."""
+    config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit", num_envs=8,
+                         num_steps=1, total_timesteps=8 * 3, eval_every=0,
+                         model_warmup_updates=2)
+    engine = make_engine(config)
+    hp = Hparams.create()
+    init = engine.init(jax.random.key(0))
+    step = jax.jit(lambda s: engine.run(s, hp, 1)[0])
+    states = [init]
+    for _ in range(3):
+        states.append(step(states[-1]))
+
+    def moved(a, b):
+        return float(optax.global_norm(jax.tree.map(lambda x, y: x - y, a, b)))
+
+    for s in states[1:3]:
+        assert moved(s.agent, init.agent) == 0.0  # params and Adam moments alike
+        assert moved(s.estimator.params, init.estimator.params) > 0
+    assert moved(states[3].agent.params, init.agent.params) > 0
+    with pytest.raises(ValueError, match="model_warmup_updates must be a non-negative"):
+        TrainConfig(model_warmup_updates=-1).validate()

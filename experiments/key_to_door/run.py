@@ -110,6 +110,12 @@ COCOA_LEARNER_SETTINGS = {
         dict(critic=False, **COCOA_MODEL_CONFIG),
         dict(model="hypernet", hidden=256, gate_floor=0.01, start_at_policy=True),
         dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2))),
+    # As "cocoa_reward floor", the agent held still for the model's first 100 updates (1 % of
+    # the budget), so its Adam never sees the unfitted model's outsized gradients.
+    "cocoa_reward floor warm-up": (
+        dict(critic=False, model_warmup_updates=100, **COCOA_MODEL_CONFIG),
+        dict(model="hypernet", hidden=256, gate_floor=0.01),
+        dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2))),
     # causal_reward_gt: the exact coefficients, no critic; COCOA tunes its agent separately
     # (lr 1e-2); the same agent as the fitted learner (3e-4) is the ablation (--lr 1e-2 for
     # COCOA's).

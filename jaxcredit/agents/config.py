@@ -138,6 +138,10 @@ class TrainConfig:
     burn_in_updates: int = 0
     """updates at the start that only act: no agent step and no model fit (COCOA-feature: 30);
     their windows are the pretraining data"""
+    model_warmup_updates: int = 0
+    """updates after any burn-in in which the credit models fit but the agent does not step:
+    its first steps then use fitted models, and its Adam moments never hold the outsized
+    gradients of an unfitted one (experiments/key_to_door, "The agent's Adam remembers")"""
     estimator_pretrain_steps: int = 0
     """Adam steps of the estimator's pretraining loss on the burn-in windows, taken once after
     burn-in; the pretrained part is then frozen (COCOA-feature's features: 20 000)"""
@@ -204,7 +208,7 @@ class TrainConfig:
         if self.eval_every is not None and (not isinstance(self.eval_every, int)
                                             or self.eval_every < 0):
             raise ValueError(f"eval_every must be a non-negative integer, got {self.eval_every!r}")
-        for name in ("burn_in_updates", "estimator_pretrain_steps"):
+        for name in ("burn_in_updates", "model_warmup_updates", "estimator_pretrain_steps"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
@@ -236,9 +240,10 @@ class TrainConfig:
             if self.redistribute:
                 raise ValueError(f"--algo {self.algo} has no redistribute stage yet (rewards are "
                                  "relabelled at sample time only)")
-            if self.burn_in_updates:
+            if self.burn_in_updates or self.model_warmup_updates:
                 raise ValueError(f"--algo {self.algo} waits with learning_starts; "
-                                 "burn_in_updates is for the on-policy learners")
+                                 "burn_in_updates and model_warmup_updates are for the "
+                                 "on-policy learners")
             if self.buffer_size < self.batch_size:
                 raise ValueError(f"buffer_size={self.buffer_size} is smaller than one batch "
                                  f"(batch_size={self.batch_size})")

@@ -353,8 +353,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         traj, credit, state, credit_metrics = assign_credit(state, window.trajectory, hparams,
                                                             credit_key)
         agent, metrics = optimise(state, traj, credit, opt_key, hparams)
-        if burn_in:  # the burn-in updates only act
-            agent = jax.tree.map(lambda new, old: jnp.where(state.update >= burn_in, new, old),
+        frozen = burn_in + config.model_warmup_updates
+        if frozen:  # burn-in updates only act; warm-up updates also fit the models
+            agent = jax.tree.map(lambda new, old: jnp.where(state.update >= frozen, new, old),
                                  agent, state.agent)
         count = window.episodes.count
         metrics.update({
