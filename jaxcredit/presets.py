@@ -67,6 +67,9 @@ LEARNERS: dict[str, dict[str, Any]] = {
                                          estimator_options=(("gate_floor", 0.01), ("hidden", 256),
                                                             ("model", "hypernet"),
                                                             ("start_at_policy", True))),
+    # COCOA's hypernet, the agent held still while the model fits its first 100 updates.
+    "cocoa_reward warm-up": dict(algo="a2c", estimator="cocoa_reward", model_warmup_updates=100,
+                                 estimator_options=(("hidden", 256), ("model", "hypernet"))),
     # As "cocoa_reward floor", the agent held still while the model fits its first 100 updates.
     "cocoa_reward floor warm-up": dict(algo="a2c", estimator="cocoa_reward",
                                        model_warmup_updates=100,

@@ -88,6 +88,11 @@ COCOA_LEARNER_SETTINGS = {
     # causal_reward: lr_agent 3e-4, the hypernet at 3e-3, no critic.
     "cocoa_reward": (dict(critic=False, **COCOA_MODEL_CONFIG),
                      dict(model="hypernet", hidden=256), dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # COCOA's learner, its model and rate unchanged, with the agent held still for the model's
+    # first 100 updates (not COCOA's: "The agent's Adam remembers").
+    "cocoa_reward warm-up": (dict(critic=False, model_warmup_updates=100, **COCOA_MODEL_CONFIG),
+                             dict(model="hypernet", hidden=256),
+                             dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
     # Not COCOA's: its network with leaky two-sided outputs (slope 0.01, so no entry can die)
     # and the model at 1e-2, the rate that removes the fitted coefficients' lag (README,
     # "Which coefficient fails").
@@ -160,6 +165,8 @@ class Args(X.OutputArgs):
     """the agent's learning rate (default 3e-3; COCOA: 3e-4 over 10x the updates)"""
     estimator_lr: Optional[float] = None
     """the credit models' learning rate (default 1e-3)"""
+    eval_every: Optional[int] = None
+    """updates between evaluations (default: COCOA's 100 in its regime, 1/16 of the run else)"""
 
 
 def entropy_coef(length: int) -> float:
@@ -178,7 +185,8 @@ def hparams_for(length: int, label: str, lr: Optional[float] = None,
 
 
 def cocoa_case(length: int, label: str, updates: int, lr: Optional[float] = None,
-               estimator_lr: Optional[float] = None) -> X.Case:
+               estimator_lr: Optional[float] = None,
+               eval_every: Optional[int] = None) -> X.Case:
     """One run in COCOA's regime (``COCOA_LEARNER_SETTINGS``)."""
     if label not in COCOA_LEARNER_SETTINGS:
         raise ValueError(f"learner {label!r} has no COCOA settings; choose from "
@@ -193,19 +201,21 @@ def cocoa_case(length: int, label: str, updates: int, lr: Optional[float] = None
     config = TrainConfig(
         **learner_fields(label, **overrides), env="KeyToDoor", env_options=(("length", length),),
         num_envs=NUM_ENVS, num_steps=length, total_timesteps=NUM_ENVS * length * updates,
-        hidden_sizes=(64, 64), eval_every=min(COCOA_EVAL_EVERY, updates), eval_episodes=16)
+        hidden_sizes=(64, 64), eval_every=min(eval_every or COCOA_EVAL_EVERY, updates),
+        eval_episodes=16)
     hparams = dict(COCOA_HPARAMS, ent_coef=entropy_coef(length), **hp)
     hparams.update({k: v for k, v in (("lr", lr), ("estimator_lr", estimator_lr)) if v})
-    suffix = "".join(f"_{name}{value:g}" for name, value in (("lr", lr), ("elr", estimator_lr))
-                     if value)
+    suffix = "".join(f"_{name}{value:g}" for name, value in (
+        ("lr", lr), ("elr", estimator_lr), ("eval", eval_every)) if value)
     return X.Case(name=f"cocoa/L{length}/{label.replace(' ', '_')}{suffix}", config=config,
                   settings=(hparams,), labels={"L": length, "learner": label})
 
 
 def case(length: int, label: str, updates: int, lr: Optional[float] = None,
-         estimator_lr: Optional[float] = None, regime: str = "jaxcredit") -> X.Case:
+         estimator_lr: Optional[float] = None, regime: str = "jaxcredit",
+         eval_every: Optional[int] = None) -> X.Case:
     if regime == "cocoa":
-        return cocoa_case(length, label, updates, lr, estimator_lr)
+        return cocoa_case(length, label, updates, lr, estimator_lr, eval_every)
     overrides = {}
     if label.startswith("hca_state") and length > 32:
         # O(L²) pairs per episode are too many on a CPU: 16 sampled future steps per step.
@@ -217,11 +227,11 @@ def case(length: int, label: str, updates: int, lr: Optional[float] = None,
     config = TrainConfig(
         **learner_fields(label, **overrides), env="KeyToDoor", env_options=(("length", length),),
         num_envs=NUM_ENVS, num_steps=length, total_timesteps=NUM_ENVS * length * updates,
-        hidden_sizes=(64, 64), anneal_lr=False, eval_every=max(1, updates // 16),
+        hidden_sizes=(64, 64), anneal_lr=False, eval_every=eval_every or max(1, updates // 16),
         eval_episodes=64)
     # Non-default learning rates are part of the run's name: they never share a directory.
-    suffix = "".join(f"_{name}{value:g}" for name, value in (("lr", lr), ("elr", estimator_lr))
-                     if value)
+    suffix = "".join(f"_{name}{value:g}" for name, value in (
+        ("lr", lr), ("elr", estimator_lr), ("eval", eval_every)) if value)
     return X.Case(name=f"L{length}/{label.replace(' ', '_')}{suffix}", config=config,
                   settings=(hparams_for(length, label, lr, estimator_lr),),
                   labels={"L": length, "learner": label})
@@ -334,7 +344,7 @@ def main(argv=None) -> int:
         regime = args.regime or size.get("regime", "jaxcredit")
         if regime not in REGIMES:
             raise ValueError(f"--regime must be one of {', '.join(REGIMES)}")
-        cases = [case(L, label, updates, args.lr, args.estimator_lr, regime)
+        cases = [case(L, label, updates, args.lr, args.estimator_lr, regime, args.eval_every)
                  for L in lengths for label in learners]
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
