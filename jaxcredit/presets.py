@@ -75,6 +75,12 @@ LEARNERS: dict[str, dict[str, Any]] = {
                                        model_warmup_updates=100,
                                        estimator_options=(("gate_floor", 0.01), ("hidden", 256),
                                                           ("model", "hypernet"))),
+    # The same learner; experiments/key_to_door clips its agent's gradient (an hparam).
+    "cocoa_reward floor warm-up clip": dict(algo="a2c", estimator="cocoa_reward",
+                                            model_warmup_updates=100,
+                                            estimator_options=(("gate_floor", 0.01),
+                                                               ("hidden", 256),
+                                                               ("model", "hypernet"))),
     # The hindsight model fitted on the 16 most recent windows instead of the fresh one only.
     "cocoa_reward replay16": dict(algo="a2c", estimator="cocoa_reward", estimator_fit_windows=16),
     # Return decomposition: GAE on the rewards RUDDER redistributes.

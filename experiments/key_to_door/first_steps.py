@@ -36,6 +36,8 @@ class Args:
     """agent updates at which to show the gradient norm (mean over seeds)"""
     eval_points: tuple[int, ...] = (10, 30, 50, 100, 150, 200, 300)
     """agent updates at which to show the evaluation (mean over seeds; must be evaluated)"""
+    parts: tuple[int, ...] = (100, 1000, 2500, 5000, 10000)
+    """agent-update edges of the parts over which the gradient norms' tails are summarised"""
     out: Optional[str] = None
     """also write the markdown here"""
 
@@ -44,6 +46,11 @@ def agent_start(run: pathlib.Path) -> int:
     """Updates before the agent's first step: burn-in plus model warm-up."""
     config = runlog.read_json(run / "config.json")["config"]
     return int(config.get("burn_in_updates", 0)) + int(config.get("model_warmup_updates", 0))
+
+
+def label(run: pathlib.Path) -> str:
+    """The run's name with its experiment folder (``<out>/cocoa/L103/<learner>``)."""
+    return "/".join(run.parts[-4:-3] + (run.name,))
 
 
 def at(metrics: dict, name: str, updates: list[int]) -> list[str]:
@@ -68,15 +75,39 @@ def report(runs: list[pathlib.Path], grad_points, eval_points) -> list[str]:
             if name not in metrics:
                 raise ValueError(f"{run} has no {name} metrics")
             cells = at(metrics, name, [start + p for p in points])
-            lines.append(f"| {run.name} | {start} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label(run)} | {start} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
+
+
+def tails(runs: list[pathlib.Path], edges) -> list[str]:
+    """The agent's gradient norm over parts of training (all seeds' updates pooled): median,
+    99th percentile, maximum, and the share of updates above 10× the median."""
+    lines = ["### the agent's gradient norm, by part of training (agent updates): median / p99 / "
+             "max / share > 10× median", "",
+             "| run | " + " | ".join(f"{lo + 1}–{hi}" for lo, hi in zip(edges[:-1], edges[1:]))
+             + " |", "|" + "---|" * len(edges)]
+    for run in runs:
+        metrics, start = runlog.read_metrics(run), agent_start(run)
+        norm, update = metrics["grad_norm"], metrics["update"] - start
+        cells = []
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            x = norm[(update > lo) & (update <= hi) & np.isfinite(norm)]
+            if not x.size:
+                cells.append("–")
+                continue
+            med = np.median(x)
+            cells.append(f"{med:.2g} / {np.percentile(x, 99):.2g} / {x.max():.2g} / "
+                         f"{np.mean(x > 10 * med):.3f}")
+        lines.append(f"| {label(run)} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = tyro.cli(Args, args=argv)
     try:
-        lines = report([pathlib.Path(r) for r in args.runs], args.grad_points, args.eval_points)
+        runs = [pathlib.Path(r) for r in args.runs]
+        lines = report(runs, args.grad_points, args.eval_points) + tails(runs, args.parts)
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

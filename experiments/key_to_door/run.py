@@ -88,6 +88,13 @@ COCOA_LEARNER_SETTINGS = {
     # causal_reward: lr_agent 3e-4, the hypernet at 3e-3, no critic.
     "cocoa_reward": (dict(critic=False, **COCOA_MODEL_CONFIG),
                      dict(model="hypernet", hidden=256), dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # As "cocoa_reward floor warm-up", the agent's gradient clipped at norm 0.05 (the exact
+    # model's largest in its first 1 000 updates; COCOA clips none): the fitted credit's rare
+    # outsized gradients cut down ("The agent's Adam remembers").
+    "cocoa_reward floor warm-up clip": (
+        dict(critic=False, model_warmup_updates=100, **COCOA_MODEL_CONFIG),
+        dict(model="hypernet", hidden=256, gate_floor=0.01),
+        dict(lr=3e-4, **dict(COCOA_MODEL_HPARAMS, estimator_lr=1e-2), max_grad_norm=0.05)),
     # COCOA's learner, its model and rate unchanged, with the agent held still for the model's
     # first 100 updates (not COCOA's: "The agent's Adam remembers").
     "cocoa_reward warm-up": (dict(critic=False, model_warmup_updates=100, **COCOA_MODEL_CONFIG),
