@@ -19,6 +19,7 @@ import dataclasses
 import json
 import pathlib
 import shutil
+import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -410,4 +411,20 @@ def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Seque
             print(f"run.py: error: {err}", file=sys.stderr)
             return 2
         print(f"published to {pathlib.Path(here) / 'results'}")
+    return 0
+
+
+def print_report(make_lines: Callable[[], Sequence[str]], out: Optional[str] = None,
+                 errors: tuple = (ValueError, OSError, KeyError)) -> int:
+    """The ``main`` of a script that reads finished runs and prints a markdown report: the
+    lines ``make_lines()`` builds, printed and, with ``out``, written there; a user's mistake
+    (a missing run, a run without the metric) is one ``error:`` line and exit status 2."""
+    try:
+        text = "\n".join(make_lines())
+    except errors as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    if out:
+        pathlib.Path(out).write_text(text)
     return 0

@@ -25,6 +25,7 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from jaxcredit import experiment as X
 from jaxcredit import runlog
 
 # KeyToDoor's reward values in the order of its reward law (envs/key_to_door.py).
@@ -97,16 +98,9 @@ def report(run: pathlib.Path, quarters: int) -> list[str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = tyro.cli(Args, args=argv)
-    try:
-        lines = [line for run in args.runs for line in report(pathlib.Path(run), args.quarters)]
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        pathlib.Path(args.out).write_text(text)
-    return 0
+    return X.print_report(lambda: [line for run in args.runs
+                                   for line in report(pathlib.Path(run), args.quarters)],
+                          args.out)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from jaxcredit import experiment as X
 from jaxcredit import runlog
 
 
@@ -105,17 +106,9 @@ def tails(runs: list[pathlib.Path], edges) -> list[str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = tyro.cli(Args, args=argv)
-    try:
-        runs = [pathlib.Path(r) for r in args.runs]
-        lines = report(runs, args.grad_points, args.eval_points) + tails(runs, args.parts)
-    except (ValueError, FileNotFoundError, KeyError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        pathlib.Path(args.out).write_text(text)
-    return 0
+    runs = [pathlib.Path(r) for r in args.runs]
+    return X.print_report(lambda: report(runs, args.grad_points, args.eval_points)
+                          + tails(runs, args.parts), args.out)
 
 
 if __name__ == "__main__":
