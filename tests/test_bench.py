@@ -48,6 +48,21 @@ class BraxGymnaxWrapper:
     def __init__(self, env_name):
         self._env = envs.get_environment(env_name=env_name)
 '''
+# The stand-ins' rollout: reset every environment, then always push left, summing the rewards
+# (times SCALE) and returning OUT per step.
+STAND_IN_ROLLOUT = '''    def train(rng):
+        keys = jax.random.split(rng, config["NUM_ENVS"])
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+
+        def step(carry, key):
+            state, total = carry
+            keys = jax.random.split(key, config["NUM_ENVS"])
+            action = jnp.zeros(config["NUM_ENVS"], jnp.int32)
+            obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                keys, state, action, env_params)
+            return (state, total + reward.sum() * SCALE), OUT
+'''
+
 FAKE_PPO = '''
 import jax
 import jax.numpy as jnp
@@ -60,17 +75,7 @@ def make_train(config):
     env, env_params = gymnax.make(config["ENV_NAME"])
     env = LogWrapper(env)
 
-    def train(rng):
-        keys = jax.random.split(rng, config["NUM_ENVS"])
-        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
-
-        def step(carry, key):
-            state, total = carry
-            keys = jax.random.split(key, config["NUM_ENVS"])
-            action = jnp.zeros(config["NUM_ENVS"], jnp.int32)
-            obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                keys, state, action, env_params)
-            return (state, total + reward.sum() * config["GAMMA"]), done
+ROLLOUT_PPO
 
         steps = int(config["NUM_UPDATES"]) * config["NUM_STEPS"]
         (_, total), done = jax.lax.scan(step, (state, 0.0), jax.random.split(rng, steps))
@@ -82,7 +87,8 @@ def make_train(config):
 if __name__ == "__main__":
     config = {"NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "GAMMA": 0.99,
               "GAE_LAMBDA": 0.95, "ENV_NAME": "CartPole-v1", "DEBUG": True}
-'''
+'''.replace("ROLLOUT_PPO\n", STAND_IN_ROLLOUT.replace("SCALE", 'config["GAMMA"]')
+             .replace("OUT", "done"))
 
 
 @pytest.fixture(scope="module")
@@ -418,17 +424,7 @@ def make_train(config):
     basic_env, env_params = gymnax.make(config["ENV_NAME"])
     env = LogWrapper(FlattenObservationWrapper(basic_env))
 
-    def train(rng):
-        keys = jax.random.split(rng, config["NUM_ENVS"])
-        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
-
-        def step(carry, key):
-            state, total = carry
-            keys = jax.random.split(key, config["NUM_ENVS"])
-            action = jnp.zeros(config["NUM_ENVS"], jnp.int32)
-            obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                keys, state, action, env_params)
-            return (state, total + reward.sum()), info["returned_episode"]
+ROLLOUT_DQN
 
         steps = jax.random.split(rng, int(config["NUM_UPDATES"]))
         (_, total), ended = jax.lax.scan(step, (state, 0.0), steps)
@@ -445,7 +441,8 @@ def main():
               "GAMMA": 0.99, "TAU": 1.0, "ENV_NAME": "CartPole-v1", "SEED": 0, "NUM_SEEDS": 1,
               "WANDB_MODE": "disabled"}
     wandb.init(mode=config["WANDB_MODE"])
-'''
+'''.replace("ROLLOUT_DQN\n", STAND_IN_ROLLOUT.replace("SCALE", "1.0")
+             .replace("OUT", 'info["returned_episode"]'))
 
 
 def test_purejaxrl_dqn_loads_unedited_through_the_bridge(tmp_path):
