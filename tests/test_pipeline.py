@@ -281,12 +281,16 @@ def test_a_new_kind_of_exact_model_from_outside_needs_no_registration(tmp_path, 
         np.testing.assert_allclose(metrics["oracle"][f"credit/q_arm{arm}"], arm_means[arm],
                                    rtol=1e-5)
     assert "estimator/loss" in metrics["linear"]
-    # The same kind through the ground truth directly, at another γ and policy.
-    truth = gt_lib.make_ground_truth(env, env_params, ("ext_credit:q_values",))
-    pi = jnp.full((env.num_states, 2), 0.5).at[0].set(jnp.array([0.9, 0.1]))
-    params = gt_lib.exact_model_params("ext_credit:q_values", truth, mdp, pi, 0.5)
+    # The same kind through the ground truth directly, on a chain where γ and π matter.
     from jaxcredit.exact import tabular
-    np.testing.assert_allclose(params["q"], tabular.action_values(mdp, pi, 0.5))
+    chain, chain_params = envs.make("Shortcut")
+    truth = gt_lib.make_ground_truth(chain, chain_params, ("ext_credit:q_values",))
+    chain_mdp = chain.tabular_mdp(chain_params)
+    pi = jax.nn.softmax(jax.random.normal(jax.random.key(3), (chain.num_states, 2)))
+    params = gt_lib.exact_model_params("ext_credit:q_values", truth, chain_mdp, pi, 0.5)
+    expected = tabular.action_values(chain_mdp, pi, 0.5)
+    np.testing.assert_allclose(params["q"], expected, rtol=1e-6)
+    assert not np.allclose(expected, tabular.action_values(chain_mdp, pi, 1.0))
     # An unknown kind is refused in one line when the estimator is built.
     with pytest.raises(ValueError, match="unknown exact model 'no_such_kind'"):
         Estimator(name="x", assign=lambda *a: None, exact_model="no_such_kind")
