@@ -65,6 +65,7 @@ SIZES = {
 HPARAMS = dict(lr=3e-3, gamma=1.0, lambda_=0.95, ent_coef=0.003, vf_coef=0.5, max_grad_norm=1.0,
                estimator_lr=1e-3)
 TABLE_LR = 3e-2  # the tabular hindsight model's rate (case below)
+WARMUP_UPDATES = 5  # "hca_return tabular warm-up": updates that fit the table first (README)
 
 
 @dataclasses.dataclass
@@ -81,9 +82,11 @@ class Args(X.OutputArgs):
     """learner presets (default: the size's): """ + ", ".join(ALL_LEARNERS)
     updates: Optional[int] = None
     """updates per run (default: the size's)"""
+    warmup_updates: int = WARMUP_UPDATES
+    """model warm-up of the learner "hca_return tabular warm-up" (updates inside the budget)"""
 
 
-def case(task: str, label: str, updates: int) -> X.Case:
+def case(task: str, label: str, updates: int, warmup: int = WARMUP_UPDATES) -> X.Case:
     env, env_options, num_envs, num_steps = TASKS[task]
     overrides = {}
     if label.startswith("hca_state") and env == "DelayedEffect" and "oracle" not in label:
@@ -91,7 +94,12 @@ def case(task: str, label: str, updates: int) -> X.Case:
         # evidence (docs/hca.md, "hca_state on aliased states").
         overrides["estimator_options"] = (("condition_on_reward", True),)
     hp = dict(HPARAMS)
-    if label == "hca_return tabular":
+    preset = label.removesuffix(" warm-up")
+    if label == "hca_return tabular warm-up":
+        # The table starts at h = π, where the credit is 0; the warm-up fits it for a few
+        # updates (inside the budget) before the agent's first step, as KeyToDoor's learner.
+        overrides["model_warmup_updates"] = warmup
+    if preset == "hca_return tabular":
         # One logit per (observation, return bin, action), the observations one-hot. A table
         # entry moves by about the rate per Adam step, so the MLP's 1e-3 would leave it near
         # h = π after 150 updates: 3e-2 (1e-2 and 1e-1 measured worse, README).
@@ -102,7 +110,7 @@ def case(task: str, label: str, updates: int) -> X.Case:
     if label.endswith("1-step"):
         hp["estimator_lr"] = hp["lr"]
     config = TrainConfig(
-        **learner_fields(label, **overrides), env=env, env_options=env_options,
+        **learner_fields(preset, **overrides), env=env, env_options=env_options,
         num_envs=num_envs, num_steps=num_steps, total_timesteps=num_envs * num_steps * updates,
         hidden_sizes=(64, 64), anneal_lr=False, eval_every=max(1, updates // 15),
         eval_episodes=32)
@@ -169,7 +177,8 @@ def main(argv=None) -> int:
         if unknown:
             raise ValueError(f"unknown task(s) {unknown}; known: {'; '.join(TASKS)}")
         learners = args.learners or size["learners"]
-        cases = [case(t, label, updates) for t in tasks for label in learners]
+        cases = [case(t, label, updates, args.warmup_updates) for t in tasks
+                 for label in learners]
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
