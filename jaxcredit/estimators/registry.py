@@ -27,6 +27,7 @@ ESTIMATORS = Registry("estimator", {
     "rloo": "jaxcredit.estimators.group:rloo",
     "belief": "jaxcredit.estimators.belief:belief",
     "known_answer": "jaxcredit.estimators.known_answer:known_answer",
+    "chunked": "jaxcredit.estimators.chunked:chunked",
 })
 
 

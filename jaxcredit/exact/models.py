@@ -140,11 +140,25 @@ def action_values() -> ExactModel:
         "q": tabular.action_values(mdp, pi, 1.0), "transition_reward": mdp.transition_reward})
 
 
+def transition() -> ExactModel:
+    """P(s′ | s, a) with the terminal states pooled into one last column, "the episode
+    terminated" (Chunked-TD's exact model): ``{"p_next": [S, A, S + 1]}``; it does not depend on
+    the policy."""
+
+    def params(plan, mdp, pi, gamma):
+        terminal = mdp.terminal.astype(mdp.transition.dtype)
+        ends = jnp.sum(mdp.transition * terminal, axis=-1, keepdims=True)
+        return {"p_next": jnp.concatenate([mdp.transition * (1.0 - terminal), ends], axis=-1)}
+
+    return ExactModel(params=params)
+
+
 EXACT_MODELS = Registry("exact model", {
     "state_hindsight": "jaxcredit.exact.models:state_hindsight",
     "reward_hindsight": "jaxcredit.exact.models:reward_hindsight",
     "return_hindsight": "jaxcredit.exact.models:return_hindsight",
     "action_values": "jaxcredit.exact.models:action_values",
+    "transition": "jaxcredit.exact.models:transition",
 })
 
 

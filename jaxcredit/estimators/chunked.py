@@ -1,0 +1,160 @@
+"""Chunked-TD: λ chosen per step by a model of the transitions (``chunked``).
+
+Ramesh, Young, Kirsch & Schmidhuber, "Sequence Compression Speeds Up Credit Assignment in
+Reinforcement Learning", ICML 2024 (arXiv 2405.03878); official code ``Aditya-Ramesh-10/chunktd``.
+
+Where the step that follows s_{i+1} was predictable, continuing the return through it adds no
+variance, so the target should not bootstrap there; where it was a surprise, it should. A model
+of the dynamics gives the probability ℓ of the step that happened, and the λ-return uses it as its
+per-step λ (the model never enters the target itself: a poor model only moves λ):
+
+    G_i = r_i + γ_i [(1 − λ'_i) V(s_{i+1}) + λ'_i G_{i+1}],     λ'_i = ℓ_{i+1} (1 − done_i)
+
+    ℓ_t = π(a_t | s_t) p̂(s_{t+1} | s_t, a_t)          (form="sampled", Chunked SARSA)
+    ℓ_t = Σ_a π(a | s_t) p̂(s_{t+1} | s_t, a)            (form="expected", Chunked expected SARSA)
+
+The official code learns Q by SARSA with accumulating traces whose decay at step t is γ ℓ_t with
+ℓ_t = p̂(s_{t+1}|s_t,a_t) π(a_{t+1}|s_{t+1}) (``chunkers.py``, ``get_next_sa_prob``;
+``algorithms/tabular_algo.py``): the forward view of that rule weighs G_{i+1} in the target of
+step i by the probability of the step after s_{i+1}. jaxcredit's learners bootstrap from V(s), not
+Q(s, a), so the action at s_{i+1} is part of what must be predicted (π(a_{i+1}|s_{i+1}) in the
+sampled form) and G_{i+1} is weighed by ℓ_{i+1} as written above. The advantage is the
+generalised advantage with these λ' (``returns.gae`` with a per-step λ), and the critic's
+target is the same λ'-return; ``hparams.lambda_`` is not read.
+
+Models (``model``):
+
+* ``"counts"``: n(s, a, s′) / n(s, a) over the environment's tabular state index (the official
+  ``TrulyTabularModel``), with one extra column for "the episode terminated". The counts are
+  updated after each window's credit is assigned (``Estimator.update``), so a window's λ comes
+  from the transitions seen before it (the official code counts each transition just before
+  using it); an (s, a) never seen has p̂ = 0, i.e. bootstraps.
+* ``"oracle"``: the exact P(s′ | s, a) of the tabular MDP (``exact_model = "transition"``).
+
+Where the window does not hold s_{t+1} (the step is a time-out, or the window's last step), the
+next state's index is unknown and ℓ_t = 0: the step before it bootstraps one step early. The
+official categorical network per observation feature, the vector λ for factored rewards and the
+paper's tasks are not here yet (docs/estimators.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxcredit.estimators import returns
+from jaxcredit.estimators.base import Estimator
+from jaxcredit.estimators.hca_return import behaviour_policy, check_choice
+from jaxcredit.exact.tabular import has_ground_truth
+from jaxcredit.types import Credit, Trajectory
+
+Array = jax.Array
+
+FORMS = ("sampled", "expected")
+MODELS = ("counts", "oracle")
+
+
+def next_state_index(trajectory: Trajectory, num_states: int) -> tuple[Array, Array]:
+    """``(s_{t+1} [T, *batch], known [T, *batch])``: the index of the next state, ``num_states``
+    for a termination, and ``known = False`` where the window does not hold it (a time-out, or
+    the window's last step when it is not an episode end)."""
+    following = jnp.concatenate([trajectory.state[1:], trajectory.state[-1:]], axis=0)
+    last = jnp.zeros(trajectory.state.shape, bool).at[-1].set(True)
+    terminated = trajectory.terminated.astype(bool)
+    truncated = trajectory.truncated.astype(bool)
+    nxt = jnp.where(terminated, num_states, following)
+    known = terminated | ~(truncated | last)
+    return nxt, known
+
+
+def step_probability(p_next: Array, pi: Array, action: Array, state: Array, nxt: Array,
+                     form: str) -> Array:
+    """ℓ_t of every step (module docstring) from a model ``p_next [S, A, S + 1]``.
+
+    Args:
+      p_next: P̂(s′ | s, a), the last column the probability of terminating.
+      pi: ``[T, *batch, A]`` π(·|s_t). action, state, nxt: ``[T, *batch]`` a_t, s_t, s_{t+1}.
+      form: "sampled" (the action taken and its next state) or "expected" (the next state,
+        averaged over π's actions).
+    """
+    p_all = p_next[state, :, nxt]  # [T, *batch, A]: P̂(s_{t+1} | s_t, a) for every a
+    if form == "expected":
+        return jnp.sum(pi * p_all, axis=-1)
+    pick = lambda x: jnp.take_along_axis(x, action[..., None], axis=-1)[..., 0]  # noqa: E731
+    return pick(pi) * pick(p_all)
+
+
+def chunked_lambda(ell: Array, known: Array, done: Array) -> Array:
+    """λ'_i = ℓ_{i+1} (1 − done_i), with ℓ = 0 where the next state is unknown; λ'_{T−1} = 0
+    (the window's last step bootstraps whatever its λ)."""
+    ell = jnp.where(known, ell, 0.0)
+    shifted = jnp.concatenate([ell[1:], jnp.zeros_like(ell[:1])], axis=0)
+    return shifted * (1.0 - done.astype(ell.dtype))
+
+
+def count_probabilities(counts: Array) -> Array:
+    """n(s, a, s′) / n(s, a), 0 where (s, a) was never seen."""
+    total = counts.sum(axis=-1, keepdims=True)
+    return counts / jnp.maximum(total, 1.0)
+
+
+def chunked_advantages(p_next: Array, trajectory: Trajectory, gamma: Any,
+                       form: str = "sampled") -> tuple[Array, Array, Array]:
+    """``(advantages, value targets, λ')`` of a window under the transition model ``p_next``
+    ``[S, A, S + 1]``: GAE with the chunked per-step λ' (module docstring)."""
+    pi, _ = behaviour_policy(trajectory)
+    nxt, known = next_state_index(trajectory, p_next.shape[0])
+    ell = step_probability(p_next, pi, trajectory.action, trajectory.state, nxt, form)
+    lam = chunked_lambda(ell, known, trajectory.done)
+    advantage, targets = returns.gae(
+        trajectory.reward, trajectory.value, trajectory.next_value, trajectory.terminated,
+        trajectory.truncated, gamma, lam)
+    return advantage, targets, lam
+
+
+def chunked(form: str = "sampled", model: str = "counts", env: Any = None,
+            env_params: Any = None) -> Estimator:
+    """Chunked-TD advantages and value targets (module docstring).
+
+    Args:
+      form: "sampled" (Chunked SARSA's λ) or "expected" (Chunked expected SARSA's).
+      model: "counts" (fitted transition counts) or "oracle" (the exact transition model).
+      env, env_params: supplied by the engine; the environment must have a tabular state index
+        and MDP (``jaxcredit.exact.tabular.has_ground_truth``), which sizes the count table.
+    """
+    check_choice("form", form, FORMS)
+    check_choice("model", model, MODELS)
+    if env is None or not has_ground_truth(env):
+        raise ValueError("chunked needs an environment with a tabular state index and MDP "
+                         "(its transition model is a table over the states)")
+    mdp = env.tabular_mdp(env_params)
+    S, A = mdp.num_states, mdp.num_actions
+
+    def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
+        del key
+        p_next = params["p_next"] if model == "oracle" else count_probabilities(params["counts"])
+        advantage, targets, lam = chunked_advantages(p_next, trajectory, hparams.gamma, form)
+        return Credit(advantage=advantage, value_target=targets,
+                      diagnostics={"advantage_mean": advantage.mean(),
+                                   "advantage_std": advantage.std(), "lambda_mean": lam.mean()})
+
+    def init(key: Array, example: Trajectory) -> dict:
+        del key, example
+        return {"counts": jnp.zeros((S, A, S + 1), jnp.float32)}
+
+    def update(params: dict, trajectory: Trajectory, hparams: Any) -> dict:
+        del hparams
+        nxt, known = next_state_index(trajectory, S)
+        seen = known.astype(jnp.float32)
+        counts = params["counts"].at[trajectory.state, trajectory.action, nxt].add(seen)
+        return {"counts": counts}
+
+    if model == "oracle":
+        return Estimator(name="chunked", assign=assign, exact_model="transition",
+                         is_oracle=True)
+    return Estimator(name="chunked", assign=assign, init=init, update=update,
+                     exact_model="transition",
+                     oracle=lambda: chunked(form=form, model="oracle", env=env,
+                                            env_params=env_params))
