@@ -55,6 +55,7 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "ArithmeticChain": _Entry("jaxcredit.envs.arithmetic_chain:ArithmeticChain"),
     "CommandChain": _Entry("jaxcredit.envs.command_chain:CommandChain"),
     "GoalGrid": _Entry("jaxcredit.envs.goal_grid:GoalGrid"),
+    "ChainAndSplit": _Entry("jaxcredit.envs.chain_and_split:ChainAndSplit"),
 }
 
 
