@@ -56,6 +56,7 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "CommandChain": _Entry("jaxcredit.envs.command_chain:CommandChain"),
     "GoalGrid": _Entry("jaxcredit.envs.goal_grid:GoalGrid"),
     "ChainAndSplit": _Entry("jaxcredit.envs.chain_and_split:ChainAndSplit"),
+    "TMaze": _Entry("jaxcredit.envs.tmaze:TMaze"),
 }
 
 
