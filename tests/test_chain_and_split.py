@@ -30,9 +30,10 @@ def test_sizes_levels_and_values_by_hand():
     assert env.task_metrics(params, pi)["p_optimal_first_action"] == pi[0, 0]
 
 
-def test_the_mdp_is_the_environments_own_process():
+@pytest.mark.parametrize("one_hot", [0, 1])
+def test_the_mdp_is_the_environments_own_process(one_hot):
     """Along sampled episodes every observed state, transition and reward is the MDP's."""
-    env = ChainAndSplit(chain_length=5, num_actions=4, levels=3)
+    env = ChainAndSplit(chain_length=5, num_actions=4, levels=3, one_hot=one_hot)
     params = env.default_params
     mdp = env.tabular_mdp(params)
     key = jax.random.key(1)

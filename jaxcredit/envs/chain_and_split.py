@@ -55,13 +55,13 @@ class ChainAndSplit(TabularEnv, DiscreteEnv):
     TD(0) learner must carry the bonus back along the whole chain. The chain is fully
     predictable, which is what Chunked-TD exploits. Observation: [right, step / chain_length,
     level / levels] (the level counted from 1 once drawn, 0 before), as the official
-    environment's (right, step, level) scaled into [0, 1]. Task metric:
-    ``p_optimal_first_action`` = π(0 | s_0).
+    environment's (right, step, level) scaled into [0, 1]; with ``one_hot=1`` the one-hot
+    vector of the state index instead (the paper's learners are tables: a network on one-hot
+    states shares nothing between states). Task metric: ``p_optimal_first_action`` = π(0 | s_0).
     """
 
-    obs_size = 3
-
-    def __init__(self, chain_length: int = 20, num_actions: int = 10, levels: int = 11):
+    def __init__(self, chain_length: int = 20, num_actions: int = 10, levels: int = 11,
+                 one_hot: int = 0):
         super().__init__()
         if int(chain_length) < 3:
             raise ValueError(f"ChainAndSplit needs chain_length >= 3 (the level is drawn on "
@@ -72,10 +72,15 @@ class ChainAndSplit(TabularEnv, DiscreteEnv):
             raise ValueError(f"ChainAndSplit needs levels >= 1, got {levels}")
         self.chain_length, self._num_actions, self.levels = (int(chain_length), int(num_actions),
                                                              int(levels))
+        self.one_hot = bool(one_hot)
 
     @property
     def num_actions(self) -> int:
         return self._num_actions
+
+    @property
+    def obs_size(self) -> int:
+        return self.num_states if self.one_hot else 3
 
     @property
     def default_params(self) -> ChainAndSplitParams:
@@ -105,6 +110,8 @@ class ChainAndSplit(TabularEnv, DiscreteEnv):
         return self.get_obs(state), state
 
     def get_obs(self, state, params=None, key=None) -> Array:
+        if self.one_hot:
+            return jax.nn.one_hot(self.state_index(state), self.num_states, dtype=jnp.float32)
         return jnp.stack([state.right.astype(jnp.float32),
                           state.step / self.chain_length,
                           state.level / self.levels]).astype(jnp.float32)
@@ -154,6 +161,8 @@ class ChainAndSplit(TabularEnv, DiscreteEnv):
         terminal[[other(L, c) for c in range(C)]] = True
         levels = jnp.asarray(drawn)
         level_reward = jnp.where(levels > 0, self._level_reward(levels, params), 0.0)
+        if self.one_hot:
+            observation = np.eye(S, dtype=np.float32)
         return dict(transition=transition,
                     transition_reward=params.bonus * jnp.asarray(bonus) + level_reward,
                     initial=jax.nn.one_hot(0, S), terminal=terminal, observation=observation)
