@@ -189,7 +189,7 @@ def test_module_factory_paths_load_from_the_current_directory(tmp_path, monkeypa
     assert cli.main(["train", *TINY, "--estimator", "my_est:td0", "--env", "my_env:Arms",
                      "--out", str(tmp_path / "run")]) == 0
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["config"]["estimator"] == "my_est:td0"
+    assert config["config"]["estimator"]["name"] == "my_est:td0"
     code, err = run_cli(["train", *TINY, "--estimator", "no_such_module:td0"], capsys)
     assert code == 2 and "cannot import 'no_such_module'" in err
 
