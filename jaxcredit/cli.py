@@ -72,7 +72,7 @@ class ListArgs:
 
 def _default_out(config: TrainConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = config.estimator.replace(":", "_").replace("/", "_")
+    name = config.estimator.name.replace(":", "_").replace("/", "_")
     return f"runs/{config.algo}-{name}-{config.env}-{stamp}"
 
 

@@ -42,7 +42,8 @@ MODEL_ADAM_EPS = 1e-8
 
 @dataclasses.dataclass(frozen=True)
 class FitSchedule:
-    """How a learned stage is fitted each update (part of the frozen config).
+    """How a learned stage is fitted each update (``TrainConfig.estimator.fit``, whose record
+    validates the fields).
 
     Attributes:
       steps: optimiser steps per update (0: the model is never fitted); with ``until_loss``,
@@ -59,21 +60,6 @@ class FitSchedule:
     windows: int = 1
     anneal_lr: bool = False
     until_loss: float = 0.0
-
-    def validate(self, stage: str, num_envs: int) -> None:
-        for name in ("minibatches", "windows"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{stage}_fit_{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.steps, int) or self.steps < 0:
-            raise ValueError(f"{stage}_fit_steps must be a non-negative integer, got "
-                             f"{self.steps!r}")
-        if not self.until_loss >= 0.0:
-            raise ValueError(f"{stage}_fit_until_loss must be >= 0 (0: a fixed number of "
-                             f"steps), got {self.until_loss!r}")
-        if num_envs % self.minibatches:
-            raise ValueError(f"num_envs={num_envs} is not divisible by {stage}_fit_minibatches="
-                             f"{self.minibatches}")
 
 
 @struct.dataclass

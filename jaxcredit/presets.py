@@ -1,7 +1,8 @@
 """Learner presets shared by the experiments, the showcase and the benchmarks.
 
-A learner is a label for a set of ``TrainConfig`` fields. Two suffixes make the ablations every
-credit experiment reports:
+A learner is a label for a set of ``TrainConfig`` fields, by their flat (flag) names
+(``estimator_options``, ``estimator_fit_steps``; ``TrainConfig.from_flat`` builds the config).
+Two suffixes make the ablations every credit experiment reports:
 
 * ``"<learner> oracle"``: the learner's hindsight model (or return-decomposition model)
   replaced by the exact one of the current policy (``model="oracle"``; environments with ground
@@ -116,7 +117,8 @@ SUFFIXES = ("oracle", "1-step")
 
 def learner_fields(label: str, **overrides: Any) -> dict[str, Any]:
     """The ``TrainConfig`` fields of learner ``label`` (with an optional suffix), then
-    ``overrides`` (estimator options are merged, the override winning)."""
+    ``overrides`` (estimator options are merged, the override winning), by their flat names:
+    ``TrainConfig.from_flat(**learner_fields(label, env="KeyToDoor"))``."""
     base, suffix = label, None
     for candidate in SUFFIXES:
         if label.endswith(" " + candidate):

@@ -88,12 +88,12 @@ def learning(args: Args, out: pathlib.Path) -> str:
     num_envs, num_steps = args.episodes_per_update, args.n + 1  # whole episodes per window
     cases = []
     for label in LEARNERS:
-        config = TrainConfig(**learner_fields(label), env="DelayedEffect",
-                             env_options=(("n", args.n), ("sigma", args.sigma)),
-                             num_envs=num_envs, num_steps=num_steps,
-                             total_timesteps=num_envs * num_steps * args.updates,
-                             anneal_lr=False, eval_every=max(1, args.updates // 15),
-                             eval_episodes=16)
+        config = TrainConfig.from_flat(**learner_fields(label), env="DelayedEffect",
+                                       env_options=(("n", args.n), ("sigma", args.sigma)),
+                                       num_envs=num_envs, num_steps=num_steps,
+                                       total_timesteps=num_envs * num_steps * args.updates,
+                                       anneal_lr=False, eval_every=max(1, args.updates // 15),
+                                       eval_episodes=16)
         hparams = dict(lr=3e-3, gamma=1.0, lambda_=0.95, ent_coef=0.003, max_grad_norm=1.0,
                        estimator_lr=3e-3)
         cases.append(X.Case(name=label.replace("+", "_").replace(" ", "_"), config=config,

@@ -1,7 +1,8 @@
 """The flags of ``jaxcredit train`` and ``jaxcredit sweep``, generated from the config dataclasses.
 
-Every field of ``TrainConfig``, ``Hparams`` and the run options below is a flag, with its
-docstring as help (``--lambda`` for λ, ``--env-option KEY=VALUE`` for ``env_options``). From the
+Every field of ``TrainConfig`` (by its flat name: ``--estimator-fit-steps`` for
+``estimator.fit_steps``), ``Hparams`` and the run options below is a flag, with its docstring as
+help (``--lambda`` for λ, ``--env-option KEY=VALUE`` for ``env_options``). From the
 parsed arguments: the resolved config (:func:`build_config`), the hyper-parameter settings of a
 sweep (:func:`sweep_settings`), what a ``--resume`` was given that differs from the saved run
 (:func:`resume_differences`), and the command that resumes a run with every run option it was
@@ -18,7 +19,8 @@ from typing import Annotated, Any, Optional, Sequence
 import numpy as np
 import tyro
 
-from jaxcredit.agents.config import DEFAULTS, FIELDS, OPTION_FIELDS, Hparams, TrainConfig
+from jaxcredit.agents.config import (DEFAULTS, FIELDS, OPTION_FIELDS, FlatField, Hparams,
+                                     TrainConfig, flat_fields)
 from jaxcredit.flags import Repeatable, UsageError, field_docs, flat, parse_options
 
 
@@ -124,24 +126,59 @@ STAGE_REGISTRIES = {
 }
 
 
+# --help lists TrainConfig's flags in the order they had before its fields were grouped into
+# records (each stage's name and options beside the other choices, the fitting of the credit
+# models after the agent's settings), so that the help reads as it did. A flag not named here
+# comes after these, in the order of flat_fields().
+HELP_ORDER = (
+    "algo", "objective", "estimator", "estimator_options", "relabel", "relabel_options",
+    "redistribute", "redistribute_options", "env", "env_options", "num_envs", "group_size",
+    "num_steps", "total_timesteps", "update_epochs", "num_minibatches", "hidden_sizes",
+    "activation", "anneal_lr", "critic", "normalize_advantage", "clip_value_loss",
+    "policy_epsilon", "adam_eps", "estimator_fit_steps", "estimator_fit_minibatches",
+    "estimator_fit_windows", "estimator_anneal_lr", "estimator_assign_before_fit",
+    "estimator_fit_until_loss", "burn_in_updates", "model_warmup_updates",
+    "estimator_pretrain_steps", "redistribute_fit_steps", "redistribute_fit_minibatches",
+    "redistribute_fit_windows", "redistribute_anneal_lr", "redistribute_fit_until_loss",
+    "buffer_size", "batch_size", "learning_starts", "gradient_steps", "target_update_every",
+    "n_step", "dueling", "huber", "eval_every", "eval_episodes", "eval_max_steps",
+)
+
+
+def config_flags() -> list[FlatField]:
+    """TrainConfig's fields by their flags (:func:`flat_fields`), in :data:`HELP_ORDER`."""
+    rank = {name: i for i, name in enumerate(HELP_ORDER)}
+    return sorted(flat_fields(), key=lambda f: rank.get(f.name, len(HELP_ORDER)))
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def _settings_fields(cls: type) -> list[tuple[str, Any, Any, str]]:
+    """``(name, type hint, default, help)`` of each flag of a settings class: TrainConfig's flat
+    fields, or the fields of the others (Hparams, the run and sweep options)."""
+    if cls is TrainConfig:
+        return [(f.name, f.hint, f.default, f.doc) for f in config_flags()]
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    return [(f.name, hints[f.name], _default(f), docs.get(f.name, ""))
+            for f in dataclasses.fields(cls)]
+
+
 def _generated(name: str, sources: Sequence[type]) -> type:
     """A dataclass with every field of ``sources`` as a flag, docstrings as help."""
     fields = []
     for cls in sources:
-        hints = typing.get_type_hints(cls)
-        docs = field_docs(cls)
-        for f in dataclasses.fields(cls):
-            flag = _flag_type(cls, f.name, hints[f.name])
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            help_text = docs.get(f.name, "")
-            if f.name in STAGE_REGISTRIES:
-                module, table = STAGE_REGISTRIES[f.name]
+        for field, hint, default, help_text in _settings_fields(cls):
+            flag = _flag_type(cls, field, hint)
+            if field in STAGE_REGISTRIES:
+                module, table = STAGE_REGISTRIES[field]
                 names = getattr(importlib.import_module(module), table).registered()
                 help_text += f" (registered: {', '.join(names)})"
-            if f.name in OPTION_FIELDS:
+            if field in OPTION_FIELDS:
                 help_text += " (KEY=VALUE, several allowed)"
-            arg = tyro.conf.arg(help=help_text or None, name=flag_name(f.name))
-            fields.append((f.name, Annotated[flag, arg], dataclasses.field(default=default)))
+            arg = tyro.conf.arg(help=help_text or None, name=flag_name(field))
+            fields.append((field, Annotated[flag, arg], dataclasses.field(default=default)))
     return dataclasses.make_dataclass(name, fields)
 
 
@@ -159,7 +196,7 @@ def hp_name(name: str) -> str:
 def build_config(args) -> TrainConfig:
     """The resolved ``TrainConfig`` of parsed train/sweep arguments."""
     values = {}
-    for f in dataclasses.fields(TrainConfig):
+    for f in flat_fields():
         value = getattr(args, f.name)
         if f.name in OPTION_FIELDS:
             value = parse_options(flat(value), "--" + f.name.replace("_", "-")[:-1])
@@ -168,7 +205,7 @@ def build_config(args) -> TrainConfig:
                 raise UsageError(f"total_timesteps must be a positive whole number, got {value}")
             value = int(value)
         values[f.name] = value
-    return TrainConfig(**values).resolved()
+    return TrainConfig.from_flat(**values).resolved()
 
 
 def base_hparams(args) -> dict:
@@ -216,10 +253,6 @@ def _numbers(item: str, flag: str, form: str, values_sep: str) -> tuple[str, Any
         raise UsageError(f"{flag} {item!r}: {what} must be numbers") from None
 
 
-def _default(f: dataclasses.Field) -> Any:
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-
-
 def _flag(name: str) -> str:
     return "--" + (flag_name(name) or name).replace("_", "-")
 
@@ -248,27 +281,27 @@ def resume_differences(args: Any, saved: dict) -> list[str]:
       args: the parsed ``train`` / ``sweep`` arguments.
       saved: the run directory's ``config.json``.
     """
-    config = TrainConfig.from_dict(saved["config"])
+    config = TrainConfig.from_dict(saved["config"]).flat()
     settings = saved.get("settings") or [{}]
     differences = []
-    for cls in (TrainConfig, Hparams):
-        for f in dataclasses.fields(cls):
-            given = getattr(args, f.name, None)
-            if not hasattr(args, f.name) or given == _default(f):
-                continue
-            if cls is TrainConfig:
-                old = getattr(config, f.name)
-                old = dict(old) if f.name in OPTION_FIELDS else old
-                given = _config_value(f.name, given)
-                if not _same(given, old):
-                    differences.append(f"{_flag(f.name)} {given} (the run has {old})")
-                continue
-            values = {float(np.float32(s.get(f.name, DEFAULTS[f.name]))) for s in settings}
-            if len(values) > 1:
-                differences.append(f"{_flag(f.name)} {given} (the run sweeps it)")
-            elif not _same(given, values.pop()):
-                differences.append(f"{_flag(f.name)} {given} (the run has "
-                                   f"{settings[0].get(f.name, DEFAULTS[f.name])})")
+    for f in flat_fields():
+        given = getattr(args, f.name, None)
+        if not hasattr(args, f.name) or given == f.default:
+            continue
+        old = dict(config[f.name]) if f.name in OPTION_FIELDS else config[f.name]
+        given = _config_value(f.name, given)
+        if not _same(given, old):
+            differences.append(f"{_flag(f.name)} {given} (the run has {old})")
+    for f in dataclasses.fields(Hparams):
+        given = getattr(args, f.name, None)
+        if not hasattr(args, f.name) or given == _default(f):
+            continue
+        values = {float(np.float32(s.get(f.name, DEFAULTS[f.name]))) for s in settings}
+        if len(values) > 1:
+            differences.append(f"{_flag(f.name)} {given} (the run sweeps it)")
+        elif not _same(given, values.pop()):
+            differences.append(f"{_flag(f.name)} {given} (the run has "
+                               f"{settings[0].get(f.name, DEFAULTS[f.name])})")
     for name in RUN_SPEC_OPTIONS:
         given = getattr(args, name)
         if given != _default(_RUN_FIELDS[name]) and given != saved.get(name, given):

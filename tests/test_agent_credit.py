@@ -233,7 +233,7 @@ def _config(**kw):
     base = dict(algo="ppo", env="CommandChain", estimator="rloo", group_size=4, num_envs=8,
                 num_steps=50, total_timesteps=8 * 50 * 2, critic=False, eval_every=0,
                 env_options=(("num_instances", 1000),))
-    return TrainConfig(**{**base, **kw})
+    return TrainConfig.from_flat(**{**base, **kw})
 
 
 def test_group_rollouts_share_the_instance_and_nothing_else():
@@ -278,6 +278,6 @@ def test_group_estimators_run_through_jaxcredit_train(tmp_path, capsys):
                      "--eval-every", "0", "--out", str(out)])
     assert code in (0, None), capsys.readouterr().err
     config = json.loads((out / "config.json").read_text())["config"]
-    assert config["group_size"] == 4 and config["estimator"] == "grpo"
+    assert config["group_size"] == 4 and config["estimator"]["name"] == "grpo"
     header = (out / "metrics.csv").read_text().splitlines()[0]
     assert "credit/sign_necessary" in header and "credit/equal_groups" in header

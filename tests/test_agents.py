@@ -232,7 +232,8 @@ TINY = dict(env="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "reinforce"])
 def test_algorithms_run_deterministically(algo):
-    config = TrainConfig(algo=algo, estimator="mc" if algo == "reinforce" else "gae", **TINY)
+    config = TrainConfig.from_flat(algo=algo, estimator="mc" if algo == "reinforce" else "gae",
+                                   **TINY)
     train = jax.jit(make_train(config))
     hparams = Hparams.create()
     state_a, metrics_a = train(jax.random.key(3), hparams)
@@ -258,7 +259,7 @@ def test_chunked_run_equals_whole_run():
     """Two chunks of ``Engine.run`` give bit-identical results to one scan over all updates."""
     # The whole run is test_algorithms_run_deterministically[a2c]'s program (same config,
     # hyper-parameters as arguments), which the session's compile cache then holds already.
-    engine = make_engine(TrainConfig(algo="a2c", estimator="gae", **TINY))
+    engine = make_engine(TrainConfig.from_flat(algo="a2c", estimator="gae", **TINY))
     hparams = Hparams.create()
     whole = jax.jit(engine.train)(jax.random.key(5), hparams)
     run3 = jax.jit(engine.run, static_argnums=2)
@@ -275,8 +276,9 @@ def test_blocked_scan_without_evaluation_equals_one_flat_scan():
     from jaxcredit.agents.runs import SCAN_BLOCK
 
     updates = 2 * SCAN_BLOCK + 3
-    engine = make_engine(TrainConfig(algo="a2c", **{**TINY, "total_timesteps": 64 * updates},
-                                     eval_every=0))
+    engine = make_engine(TrainConfig.from_flat(algo="a2c",
+                                               **{**TINY, "total_timesteps": 64 * updates},
+                                               eval_every=0))
     hparams = Hparams.create()
     state = engine.init(jax.random.key(2))
     blocked = jax.jit(lambda s: engine.run(s, hparams, updates))(state)
@@ -290,10 +292,11 @@ def test_blocked_scan_without_evaluation_equals_one_flat_scan():
 def test_learned_all_action_estimator_is_trained_in_the_same_step():
     """PPO with all-action return-HCA: [T, N, A] credit reaches the clipped all-action loss, and
     the hindsight model's parameters move under its own loss."""
-    config = TrainConfig(algo="ppo", estimator="hca_return",
-                         estimator_options=(("form", "all_action"), ("hidden", (16,))),
-                         num_minibatches=2, update_epochs=2, eval_every=0,  # smaller program
-                         **TINY)
+    config = TrainConfig.from_flat(algo="ppo", estimator="hca_return",
+                                   estimator_options=(("form", "all_action"), ("hidden", (16,))),
+                                   num_minibatches=2, update_epochs=2,
+                                   eval_every=0,  # smaller program
+                                   **TINY)
     engine = make_engine(config)
     assert engine.estimator.all_action and engine.estimator.learned
     hparams = Hparams.create()
@@ -324,7 +327,7 @@ def test_bad_configs_raise_one_line_value_errors():
     ]
     for kwargs, message in bad:
         with pytest.raises(ValueError, match=message):
-            TrainConfig(**kwargs).resolved()
+            TrainConfig.from_flat(**kwargs).resolved()
     with pytest.raises(ValueError, match="lambda must lie in"):
         Hparams.create(lambda_=1.5)
     with pytest.raises(ValueError, match="gamma must lie in"):

@@ -30,9 +30,9 @@ def test_ppo_gae_learns_delayed_effect():
     the exact probability of the right first action (from the DP model) must go from about ½
     to ≥ 0.95 on every seed within 40 updates of 16 episodes. (PPO solving CartPole-v1 at
     PureJaxRL's settings, 5e5 steps, is experiments/cartpole_baselines.)"""
-    config = TrainConfig(algo="ppo", estimator="gae", env="DelayedEffect",
-                         env_options=(("n", 8), ("sigma", 1.0)), num_envs=16, num_steps=9,
-                         total_timesteps=16 * 9 * 40, eval_every=4, hidden_sizes=(32,))
+    config = TrainConfig.from_flat(algo="ppo", estimator="gae", env="DelayedEffect",
+                                   env_options=(("n", 8), ("sigma", 1.0)), num_envs=16, num_steps=9,
+                                   total_timesteps=16 * 9 * 40, eval_every=4, hidden_sizes=(32,))
     hparams = Hparams.create(lr=3e-3, gamma=1.0, lambda_=0.95)
     # One seed per call of one unbatched program (compiles faster than the vmapped one).
     train = jax.jit(make_engine(config).train)
@@ -46,8 +46,8 @@ def test_ppo_gae_learns_delayed_effect():
 def test_a2c_solves_catch():
     """Catch-bsuite returns ±1 per episode; solved = mean return ≥ 0.9 across seeds."""
     first, last = final_returns(
-        TrainConfig(algo="a2c", estimator="gae", env="Catch-bsuite", num_envs=16, num_steps=16,
-                    total_timesteps=100_000, eval_every=0),
+        TrainConfig.from_flat(algo="a2c", estimator="gae", env="Catch-bsuite", num_envs=16,
+                              num_steps=16, total_timesteps=100_000, eval_every=0),
         {"lr": 2e-3, "ent_coef": 0.01}, num_seeds=4)
     assert np.all(first < 0.0), first  # a random policy mostly misses
     assert last.mean() >= 0.9 and last.min() >= 0.8, last
@@ -56,8 +56,8 @@ def test_a2c_solves_catch():
 def test_reinforce_improves_on_ambiguous_bandit():
     """No critic, Monte-Carlo credit. The uniform policy earns 1.5 per episode and the optimal
     one 1.9 (σ = 1.5 reward noise): π(HI | start) must move from ½ to ≥ 0.9 on every seed."""
-    config = TrainConfig(algo="reinforce", estimator="mc", env="AmbiguousBandit", num_envs=32,
-                         num_steps=4, total_timesteps=20_000, eval_every=0)
+    config = TrainConfig.from_flat(algo="reinforce", estimator="mc", env="AmbiguousBandit",
+                                   num_envs=32, num_steps=4, total_timesteps=20_000, eval_every=0)
     engine = make_engine(config)
     population = sweep.make_population([{"lr": 1e-2, "ent_coef": 0.0}], 4, seed=0)
     states, metrics = sweep.run_sweep(engine, population, pad=True)

@@ -253,7 +253,7 @@ def test_baseline_revision_imports_beside_the_current_engine(tmp_path):
     config = baseline.make_config(old, **fields)
     assert config.num_updates == 1 and config.update_epochs == 4
     # The refactored engine evaluates by default; the old one has no evaluation to turn off.
-    assert baseline.make_config(agents, **fields, eval_every=0).eval_every == 0
+    assert baseline.make_config(agents, **fields, eval_every=0).evaluation.every == 0
     with pytest.raises(ValueError, match="has no field.*eval_every"):
         baseline.make_config(old, **fields, eval_every=0)
     with pytest.raises(ValueError, match="not a commit"):
@@ -397,7 +397,7 @@ def test_dqn_race_maps_purejaxrl_dqn_defaults_to_the_engine():
     assert fields == expected
     assert hparams == dict(lr=2.5e-4, gamma=0.99, tau=1.0, epsilon_start=1.0, epsilon_end=0.05,
                            epsilon_fraction=0.5, max_grad_norm=1e6)
-    config = TrainConfig(**fields)
+    config = TrainConfig.from_flat(**fields)
     assert config.num_updates == 50_000  # PureJaxRL's NUM_UPDATES = 5e5 // 10
     # An interval of 4 vector steps of 8 envs: 4 steps per update, the target every 25.
     fields, hparams = dqn_fields(dict(defaults, NUM_ENVS=8, TRAINING_INTERVAL=32,

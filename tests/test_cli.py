@@ -115,6 +115,29 @@ def test_train_sweep_plot_and_resume(tmp_path, capsys):
     assert overlay.stat().st_size > 1000
 
 
+def test_a_run_saved_with_a_flat_config_resumes_and_plots(tmp_path, capsys):
+    """Run directories written before TrainConfig grouped its fields into records hold the flat
+    form in config.json (``"estimator": "gae", "eval_every": 0``): they resume with the same
+    flags, and plot."""
+    from jaxcredit.agents.config import OPTION_FIELDS, TrainConfig
+
+    out = tmp_path / "old"
+    assert cli.main(["train", *TINY, "--out", str(out), "--stop-after-chunks", "1"]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    flat = TrainConfig.from_dict(saved["config"]).flat()
+    saved["config"] = {name: dict(value) if name in OPTION_FIELDS else
+                       list(value) if isinstance(value, tuple) else value
+                       for name, value in flat.items()}
+    assert saved["config"]["estimator"] == "gae" and saved["config"]["eval_every"] == 0
+    (out / "config.json").write_text(json.dumps(saved))
+    capsys.readouterr()
+    assert cli.main(["train", *TINY, "--out", str(out), "--resume"]) == 0
+    assert "finished" in capsys.readouterr().out
+    assert len(runlog.read_rows(out / "metrics.csv")) == 6
+    assert cli.main(["plot", str(out), "--out", str(tmp_path / "old.png")]) == 0
+    assert (tmp_path / "old.png").stat().st_size > 1000
+
+
 def test_console_script_error_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "jaxcredit.cli", "train", "--lambda", "2"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
@@ -189,7 +212,7 @@ def test_module_factory_paths_load_from_the_current_directory(tmp_path, monkeypa
     assert cli.main(["train", *TINY, "--estimator", "my_est:td0", "--env", "my_env:Arms",
                      "--out", str(tmp_path / "run")]) == 0
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["config"]["estimator"] == "my_est:td0"
+    assert config["config"]["estimator"]["name"] == "my_est:td0"
     code, err = run_cli(["train", *TINY, "--estimator", "no_such_module:td0"], capsys)
     assert code == 2 and "cannot import 'no_such_module'" in err
 

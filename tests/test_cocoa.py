@@ -424,10 +424,10 @@ def test_fitted_cocoa_model_is_close_to_the_exact_one(env, max_kl):
 
 def test_cocoa_reward_trains_in_the_engine_with_the_kl_metric():
     for estimator, options in (("cocoa_reward", ()),):
-        config = TrainConfig(algo="a2c", env="KeyToDoor", env_options=(("length", 6),),
-                             estimator=estimator, estimator_options=options, num_envs=4,
-                             num_steps=6, total_timesteps=4 * 6 * 4, eval_every=2,
-                             eval_episodes=4, hidden_sizes=(16,))
+        config = TrainConfig.from_flat(algo="a2c", env="KeyToDoor", env_options=(("length", 6),),
+                                       estimator=estimator, estimator_options=options, num_envs=4,
+                                       num_steps=6, total_timesteps=4 * 6 * 4, eval_every=2,
+                                       eval_episodes=4, hidden_sizes=(16,))
         engine = make_engine(config)
         hparams = Hparams.create(gamma=1.0, lambda_=0.9)
         state, metrics = jax.jit(lambda k: engine.run(engine.init(k), hparams, 4))(KEY)

@@ -82,11 +82,12 @@ def _tree_engine():
 
     env, env_params = envs.make(probe.env, **probe.env_kwargs)
     num_states = env.tabular_mdp(env_params).num_states
-    config = TrainConfig(algo="a2c", estimator="cocoa_reward", env="TreeMDP",
-                         env_options=env_options, num_envs=16, num_steps=8,
-                         total_timesteps=16 * 8, eval_every=1, eval_episodes=4,
-                         estimator_options=(("model", "tabular"), ("num_states", num_states),
-                                            ("policy_modulated", False)))
+    config = TrainConfig.from_flat(algo="a2c", estimator="cocoa_reward", env="TreeMDP",
+                                   env_options=env_options, num_envs=16, num_steps=8,
+                                   total_timesteps=16 * 8, eval_every=1, eval_episodes=4,
+                                   estimator_options=(("model", "tabular"),
+                                                      ("num_states", num_states),
+                                                      ("policy_modulated", False)))
     return make_engine(config)
 
 
@@ -131,9 +132,9 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
 
 
 def test_credit_error_metrics_appear_at_evaluation_points_only():
-    config = TrainConfig(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
-                         env_options=(("length", 6),), num_envs=4, num_steps=6,
-                         total_timesteps=4 * 6 * 4, eval_every=2, eval_episodes=4)
+    config = TrainConfig.from_flat(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
+                                   env_options=(("length", 6),), num_envs=4, num_steps=6,
+                                   total_timesteps=4 * 6 * 4, eval_every=2, eval_episodes=4)
     engine = make_engine(config)
     _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
     # KeyToDoor's four reward values: 0, the two apples, the treasure.
@@ -150,8 +151,9 @@ def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
     are NaN, in a vmapped program too (where a vectorised max(NaN, 1e-30) once laundered the
     engine's NaN poison into a finite, wrong exact model)."""
     # 64 environments: at 16 the vectorised max kept the NaN and the bug did not show.
-    config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit", num_envs=64,
-                         num_steps=8, total_timesteps=64 * 8 * 2, eval_every=1, eval_episodes=2)
+    config = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="AmbiguousBandit",
+                                   num_envs=64, num_steps=8, total_timesteps=64 * 8 * 2,
+                                   eval_every=1, eval_episodes=2)
     engine = make_engine(config)
     keys = jax.random.split(jax.random.key(0), 4)
     for gamma, finite in ((0.99, False), (1.0, True)):

@@ -105,21 +105,21 @@ def test_bad_dqn_input_is_a_one_line_error():
         (dict(algo="dqn", target_update_every=0), "target_update_every must be a positive"),
     ]:
         with pytest.raises(ValueError, match=message) as error:
-            TrainConfig(**kwargs).resolved()
+            TrainConfig.from_flat(**kwargs).resolved()
         assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="fewer than one sampled window"):
-        make_engine(TrainConfig(algo="dqn", env="BitFlip", relabel="her", num_envs=16,
-                                buffer_size=128, batch_size=32))
+        make_engine(TrainConfig.from_flat(algo="dqn", env="BitFlip", relabel="her", num_envs=16,
+                                          buffer_size=128, batch_size=32))
     with pytest.raises(ValueError, match="epsilon_end must lie in"):
         Hparams.create(epsilon_end=1.5)
     with pytest.raises(ValueError, match="tau must lie in"):
         Hparams.create(tau=0.0)
 
 
-SMALL = TrainConfig(algo="dqn", env="CartPole-v1", num_envs=4, num_steps=2,
-                    total_timesteps=4 * 2 * 60, buffer_size=4 * 24, batch_size=16,
-                    learning_starts=32, gradient_steps=2, target_update_every=5, n_step=3,
-                    hidden_sizes=(16,), eval_every=20, eval_episodes=2)
+SMALL = TrainConfig.from_flat(algo="dqn", env="CartPole-v1", num_envs=4, num_steps=2,
+                              total_timesteps=4 * 2 * 60, buffer_size=4 * 24, batch_size=16,
+                              learning_starts=32, gradient_steps=2, target_update_every=5, n_step=3,
+                              hidden_sizes=(16,), eval_every=20, eval_episodes=2)
 
 
 def test_dqn_update_trains_only_after_learning_starts_and_fills_the_buffer():
@@ -168,12 +168,13 @@ def test_bitflip_10_is_solved_with_her_and_not_without_in_the_same_budget():
     # 16 envs x 10 steps: HER's relabelled goals make the reward informative, plain DQN sees -1.
     results = {}
     for relabel in (None, "her"):
-        config = TrainConfig(algo="dqn", estimator="q_learning", env="BitFlip",
-                             env_options=(("n", 10),), num_envs=16, num_steps=10,
-                             total_timesteps=16 * 10 * 100, buffer_size=50_000, batch_size=128,
-                             learning_starts=160, gradient_steps=40, target_update_every=1,
-                             hidden_sizes=(256,), activation="relu", eval_every=10,
-                             eval_episodes=32, relabel=relabel)
+        config = TrainConfig.from_flat(algo="dqn", estimator="q_learning", env="BitFlip",
+                                       env_options=(("n", 10),), num_envs=16, num_steps=10,
+                                       total_timesteps=16 * 10 * 100, buffer_size=50_000,
+                                       batch_size=128, learning_starts=160, gradient_steps=40,
+                                       target_update_every=1, hidden_sizes=(256,),
+                                       activation="relu", eval_every=10, eval_episodes=32,
+                                       relabel=relabel)
         hp = Hparams.create(lr=1e-3, gamma=0.98, epsilon_start=0.2, epsilon_end=0.2, tau=0.05,
                             max_grad_norm=10.0)
         # One seed per call of one compiled program: the compile dominates this test, and the

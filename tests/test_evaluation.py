@@ -33,15 +33,16 @@ def test_play_episodes_counts_each_episode_once_up_to_its_end():
     assert abs(float(out["return"])) < 0.05  # ± 1 with equal odds
 
 
-CONFIG = TrainConfig(algo="a2c", estimator="hca_return", env="DelayedEffect",
-                     env_options=(("n", 3),), num_envs=8, num_steps=4, total_timesteps=8 * 4 * 6,
-                     hidden_sizes=(16,), eval_every=3, eval_episodes=4)
+CONFIG = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="DelayedEffect",
+                               env_options=(("n", 3),), num_envs=8, num_steps=4,
+                               total_timesteps=8 * 4 * 6, hidden_sizes=(16,), eval_every=3,
+                               eval_episodes=4)
 
 
 def test_evaluation_metrics_sit_at_block_ends_and_do_not_change_training():
     hparams = Hparams.create(gamma=1.0)
     with_eval = make_engine(CONFIG)
-    without = make_engine(CONFIG.__class__(**{**CONFIG.__dict__, "eval_every": 0}))
+    without = make_engine(CONFIG.replace(eval_every=0))
     state_a, metrics_a = jax.jit(with_eval.train)(KEY, hparams)
     state_b, metrics_b = jax.jit(without.train)(KEY, hparams)
     chex.assert_trees_all_equal(state_a.agent.params, state_b.agent.params)
@@ -72,9 +73,9 @@ def test_exact_return_and_task_metric_are_those_of_the_policy_network():
 def test_state_oracle_credit_equals_credit_from_the_dp_hindsight_table():
     """On Shortcut (unaliased one-hot states) the oracle's credit for a window equals hca_state
     with a tabular model loaded with log h_γ of the current policy's table."""
-    config = TrainConfig(algo="a2c", estimator="hca_state",
-                         estimator_options=(("model", "oracle"),), env="Shortcut", num_envs=4,
-                         num_steps=8, total_timesteps=32, hidden_sizes=(16,))
+    config = TrainConfig.from_flat(algo="a2c", estimator="hca_state",
+                                   estimator_options=(("model", "oracle"),), env="Shortcut",
+                                   num_envs=4, num_steps=8, total_timesteps=32, hidden_sizes=(16,))
     engine = make_engine(config)
     hparams = Hparams.create(gamma=0.9)
     state = jax.jit(engine.init)(KEY)

@@ -70,9 +70,9 @@ OBJECTIVE_CASES = {"pg": dict(algo="a2c", **CARTPOLE), "ppo": dict(algo="ppo", *
 def _train(fields: dict, **hparams):
     fields = dict(fields)
     steps = fields["num_envs"] * fields["num_steps"]
-    config = TrainConfig(hidden_sizes=(8,), total_timesteps=2 * steps, eval_every=2,
-                         eval_episodes=2, num_minibatches=1, update_epochs=1,
-                         **fields)
+    config = TrainConfig.from_flat(hidden_sizes=(8,), total_timesteps=2 * steps, eval_every=2,
+                                   eval_episodes=2, num_minibatches=1, update_epochs=1,
+                                   **fields)
     engine = make_engine(config)
     key = jax.random.key(0)
     hp = Hparams.create(**hparams)
@@ -143,8 +143,8 @@ def test_the_dueling_q_head_trains_in_the_off_policy_engine():
     fields = dict(algo="dqn", estimator="double_q", dueling=True, env="CartPole-v1",
                   num_envs=4, num_steps=1, buffer_size=64, batch_size=8, learning_starts=8)
     steps = 40
-    config = TrainConfig(hidden_sizes=(8,), total_timesteps=4 * steps, eval_every=steps,
-                         eval_episodes=2, **fields)
+    config = TrainConfig.from_flat(hidden_sizes=(8,), total_timesteps=4 * steps, eval_every=steps,
+                                   eval_episodes=2, **fields)
     engine = make_engine(config)
     key = jax.random.key(0)
     init = jax.jit(engine.init)(key)

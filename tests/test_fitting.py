@@ -13,7 +13,7 @@ import optax
 import pytest
 
 from jaxcredit import fitting
-from jaxcredit.agents import Hparams, TrainConfig, make_engine
+from jaxcredit.agents import EstimatorConfig, Hparams, TrainConfig, make_engine
 from jaxcredit.fitting import FitSchedule, fit, init_fit_state
 from jaxcredit.types import Trajectory
 
@@ -68,7 +68,7 @@ def test_fit_until_the_running_loss_reaches_the_threshold(loss, max_steps, expec
 
 def test_fit_until_rejects_a_negative_threshold():
     with pytest.raises(ValueError, match="estimator_fit_until_loss must be >= 0"):
-        FitSchedule(until_loss=-1.0).validate("estimator", 4)
+        EstimatorConfig(fit_until_loss=-1.0).validate("estimator_")
 
 
 def test_fit_is_adam_on_the_loss_with_clipping():
@@ -156,9 +156,11 @@ def test_window_draws_cover_the_fresh_window_and_the_filled_ring_uniformly():
 
 def test_bad_schedules_are_one_line_errors():
     with pytest.raises(ValueError, match="not divisible by estimator_fit_minibatches"):
-        FitSchedule(minibatches=3).validate("estimator", 4)
+        TrainConfig.from_flat(algo="a2c", num_envs=4, estimator_fit_minibatches=3).resolved()
     with pytest.raises(ValueError, match="estimator_fit_windows must be a positive"):
-        FitSchedule(windows=0).validate("estimator", 4)
+        EstimatorConfig(fit_windows=0).validate("estimator_")
+    with pytest.raises(ValueError, match="redistribute_fit_steps must be a non-negative"):
+        TrainConfig.from_flat(redistribute_fit_steps=-1).resolved()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,9 +177,9 @@ def _kl_unfitted_and_fitted(config_fields, fit_steps, updates, estimator_lr, see
 
     The compile dominates these checks, and the unbatched program compiles in about half the
     time of the doubly vmapped one (same KL values to the printed digits)."""
-    config = TrainConfig(**config_fields, total_timesteps=config_fields["num_envs"]
-                         * config_fields["num_steps"] * updates, eval_every=updates // 4,
-                         eval_episodes=2, estimator_fit_steps=fit_steps, anneal_lr=False)
+    config = TrainConfig.from_flat(**config_fields, total_timesteps=config_fields["num_envs"]
+                                   * config_fields["num_steps"] * updates, eval_every=updates // 4,
+                                   eval_episodes=2, estimator_fit_steps=fit_steps, anneal_lr=False)
     train = jax.jit(make_engine(config).train)
     hparams = [Hparams.create(**FROZEN_POLICY, estimator_lr=lr) for lr in (1e-12, estimator_lr)]
     keys = jax.random.split(jax.random.key(3), seeds)
@@ -218,9 +220,10 @@ def test_the_engine_fits_on_a_ring_of_recent_windows():
     # 5 updates into a ring of 3 windows: full after 3, the cursor back at 5 mod 3 = 2; every
     # window the ring holds is one the run collected (its rewards are AmbiguousBandit's, never
     # the zeros it started with).
-    config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit", num_envs=4,
-                         num_steps=2, total_timesteps=4 * 2 * 5, estimator_fit_windows=3,
-                         estimator_fit_minibatches=2, eval_every=0)
+    config = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="AmbiguousBandit",
+                                   num_envs=4, num_steps=2, total_timesteps=4 * 2 * 5,
+                                   estimator_fit_windows=3, estimator_fit_minibatches=2,
+                                   eval_every=0)
     state, metrics = jax.jit(make_engine(config).train)(jax.random.key(0), Hparams.create())
     fit_state = state.estimator
     assert fit_state.buffer.reward.shape == (3 * 4, 2)
@@ -234,9 +237,10 @@ def test_credit_before_the_fit_does_not_see_the_windows_own_fit():
     model, so the agent's first step is the same whatever the model's learning rate; assigned
     after the fit (the default) it is not."""
     def first_step(before: bool, fit_steps: int):
-        config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit",
-                             num_envs=8, num_steps=1, total_timesteps=8, eval_every=0,
-                             estimator_assign_before_fit=before, estimator_fit_steps=fit_steps)
+        config = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="AmbiguousBandit",
+                                       num_envs=8, num_steps=1, total_timesteps=8, eval_every=0,
+                                       estimator_assign_before_fit=before,
+                                       estimator_fit_steps=fit_steps)
         engine = make_engine(config)
         state, _ = jax.jit(engine.train)(jax.random.key(0), Hparams.create(estimator_lr=0.5))
         return state.agent.params, state.estimator.params
@@ -257,9 +261,9 @@ def test_credit_before_the_fit_does_not_see_the_windows_own_fit():
 def test_model_warmup_fits_the_model_while_the_agent_waits():
     """Two warm-up updates: the agent's parameters and optimiser stay at their initial values
     while the model fits; the third update moves the agent."""
-    config = TrainConfig(algo="a2c", estimator="hca_return", env="AmbiguousBandit", num_envs=8,
-                         num_steps=1, total_timesteps=8 * 3, eval_every=0,
-                         model_warmup_updates=2)
+    config = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="AmbiguousBandit",
+                                   num_envs=8, num_steps=1, total_timesteps=8 * 3, eval_every=0,
+                                   model_warmup_updates=2)
     engine = make_engine(config)
     hp = Hparams.create()
     init = engine.init(jax.random.key(0))

@@ -67,8 +67,9 @@ def test_success_rate_is_reported_in_training_and_evaluation():
                          batch_size=32, gradient_steps=8, target_update_every=10),
                     Hparams.create(lr=1e-3))}
     for algo, (options, hparams) in runs.items():
-        config = TrainConfig(algo=algo, env="GoalGrid", env_options=(("size", 3),), num_envs=8,
-                             num_steps=6, eval_episodes=64, learning_starts=0, **options)
+        config = TrainConfig.from_flat(algo=algo, env="GoalGrid", env_options=(("size", 3),),
+                                       num_envs=8, num_steps=6, eval_episodes=64, learning_starts=0,
+                                       **options)
         engine = make_engine(config)
         _, metrics = jax.jit(engine.train)(jax.random.key(0), hparams)
         rate = np.asarray(metrics["success_rate"])

@@ -85,9 +85,9 @@ def test_learned_ratio_approaches_the_exact_ratio_with_the_policy_held_still():
     learned ratio's RMSE to the exact π/h falls well below the unfitted model's (ν = 1,
     learning rate 1e-12). Measured: 0.29 unfitted, 0.07–0.10 fitted (hca_return's divided
     ratio: 0.07–0.25; docs/hca.md)."""
-    config = TrainConfig(algo="a2c", estimator="hca_dice", env="AmbiguousBandit", num_envs=256,
-                         num_steps=1, total_timesteps=256 * 80, eval_every=20, eval_episodes=2,
-                         anneal_lr=False)
+    config = TrainConfig.from_flat(algo="a2c", estimator="hca_dice", env="AmbiguousBandit",
+                                   num_envs=256, num_steps=1, total_timesteps=256 * 80,
+                                   eval_every=20, eval_episodes=2, anneal_lr=False)
     train = jax.jit(make_engine(config).train)
     errors = {}
     for lr in (1e-12, 1e-3):

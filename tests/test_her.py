@@ -116,9 +116,9 @@ def test_compute_reward_on_the_own_goal_is_the_stored_reward():
     # What the replay holds after a few updates: compute_reward(achieved(s'), desired(s))
     # reproduces every stored reward, so relabelling with the own goal changes nothing.
     env, _ = make_env("BitFlip", n=3)
-    engine = make_engine(TrainConfig(algo="dqn", env="BitFlip", env_options=(("n", 3),),
-                                     num_envs=4, num_steps=12, total_timesteps=48 * 3,
-                                     buffer_size=400, batch_size=4))
+    engine = make_engine(TrainConfig.from_flat(algo="dqn", env="BitFlip", env_options=(("n", 3),),
+                                               num_envs=4, num_steps=12, total_timesteps=48 * 3,
+                                               buffer_size=400, batch_size=4))
     state = jax.jit(engine.init)(jax.random.key(0))
     step = jax.jit(engine.update_step)
     for _ in range(3):
@@ -137,15 +137,15 @@ def test_bad_her_input_is_a_one_line_error():
         make_engine(TrainConfig(algo="dqn", env="CartPole-v1", relabel="her"))
     assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="k >= 1"):
-        make_engine(TrainConfig(algo="dqn", env="BitFlip", relabel="her",
-                                relabel_options=(("k", 0),)))
+        make_engine(TrainConfig.from_flat(algo="dqn", env="BitFlip", relabel="her",
+                                          relabel_options=(("k", 0),)))
     with pytest.raises(ValueError, match="unknown HER strategy"):
-        make_engine(TrainConfig(algo="dqn", env="BitFlip", relabel="her",
-                                relabel_options=(("strategy", "later"),)))
+        make_engine(TrainConfig.from_flat(algo="dqn", env="BitFlip", relabel="her",
+                                          relabel_options=(("strategy", "later"),)))
     with pytest.raises(ValueError, match="off-policy learner"):
         make_engine(TrainConfig(algo="ppo", env="BitFlip", relabel="her"))
     with pytest.raises(ValueError, match="smaller than one batch"):
-        TrainConfig(algo="dqn", buffer_size=64, batch_size=128).resolved()
+        TrainConfig.from_flat(algo="dqn", buffer_size=64, batch_size=128).resolved()
 
 
 def test_factory_gets_env_and_horizon():
@@ -184,11 +184,13 @@ def test_the_engine_trains_on_the_relabelled_rows_it_says():
     # rebuilt from the whole sampled window, relabelled, cut to rows anchor .. anchor + 1.
     from jaxcredit.estimators import q_learning
 
-    config = TrainConfig(algo="dqn", env="BitFlip", env_options=(("n", 3),), relabel="her",
-                         relabel_options=(("k", 4), ("strategy", "episode")), n_step=2,
-                         num_envs=4, num_steps=3, total_timesteps=4 * 3 * 10, buffer_size=240,
-                         batch_size=16, learning_starts=0, hidden_sizes=(8,),
-                         eval_every=0)  # no evaluation: a smaller program to compile
+    config = TrainConfig.from_flat(algo="dqn", env="BitFlip", env_options=(("n", 3),),
+                                   relabel="her",
+                                   relabel_options=(("k", 4), ("strategy", "episode")), n_step=2,
+                                   num_envs=4, num_steps=3, total_timesteps=4 * 3 * 10,
+                                   buffer_size=240, batch_size=16, learning_starts=0,
+                                   hidden_sizes=(8,),
+                                   eval_every=0)  # no evaluation: a smaller program to compile
     engine = make_engine(config)
     assert engine.anchor == 2 and engine.replay.window == 2 + max(2, 1 + 2)
     hp = Hparams.create()

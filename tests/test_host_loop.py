@@ -202,11 +202,11 @@ def test_config_and_run_spec_round_trip_through_json():
     from jaxcredit.agents import TrainConfig
     from jaxcredit.agents.host_loop import RunSpec
 
-    config = TrainConfig(algo="ppo", env="DelayedEffect", env_options=(("n", 3),),
-                         estimator="nstep", estimator_options={"n": 4}, hidden_sizes=(8, 4),
-                         redistribute="rudder", redistribute_options={"hidden": 5},
-                         num_envs=2, num_steps=8, total_timesteps=2 * 8 * 4, dueling=True,
-                         eval_every=0).resolved()
+    config = TrainConfig.from_flat(algo="ppo", env="DelayedEffect", env_options=(("n", 3),),
+                                   estimator="nstep", estimator_options={"n": 4},
+                                   hidden_sizes=(8, 4), redistribute="rudder",
+                                   redistribute_options={"hidden": 5}, num_envs=2, num_steps=8,
+                                   total_timesteps=2 * 8 * 4, dueling=True, eval_every=0).resolved()
     back = TrainConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert back == config
     spec = RunSpec(settings=({"lr": 1e-3}, {"lr": 3e-3}), num_seeds=3, seed=7, num_chunks=2,
@@ -222,8 +222,8 @@ from jaxcredit import runlog
 from jaxcredit.agents import TrainConfig
 from jaxcredit.agents.host_loop import RunSpec, run_experiment
 root = pathlib.Path(sys.argv[1])
-config = TrainConfig(algo="a2c", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
-                     hidden_sizes=(16,), eval_every=3, eval_episodes=2)
+config = TrainConfig.from_flat(algo="a2c", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
+                               hidden_sizes=(16,), eval_every=3, eval_episodes=2)
 spec = RunSpec(settings=({"lr": 1e-3}, {"lr": 3e-3}), num_seeds=2, num_chunks=3)
 run_experiment(config, spec, root / "whole", progress=False, plot=False)
 run_experiment(config, spec, root / "part", progress=False, plot=False, max_chunks=1)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcredit.agents.config import TrainConfig
+from jaxcredit.agents.config import FittedStageConfig, TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.networks import orthogonal
 
@@ -33,9 +33,9 @@ def test_orthogonal_is_flax_orthogonal_and_vmaps_to_the_same_matrices():
 
 
 def test_vmapped_engine_init_equals_one_init_per_key():
-    engine = make_engine(TrainConfig(algo="a2c", env="DelayedEffect", num_envs=2, num_steps=4,
-                                     total_timesteps=8, redistribute="rudder",
-                                     redistribute_options=(("features", 4), ("lessons", 2))))
+    engine = make_engine(TrainConfig(
+        algo="a2c", env="DelayedEffect", num_envs=2, num_steps=4, total_timesteps=8,
+        redistribute=FittedStageConfig("rudder", options=(("features", 4), ("lessons", 2)))))
     keys = jax.random.split(jax.random.key(0), 3)
     batched = jax.jit(jax.vmap(engine.init))(keys)
     init = jax.jit(engine.init)  # one compile, not one per operation of an eager init

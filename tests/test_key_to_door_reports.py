@@ -29,10 +29,10 @@ def _script(name):
 def run(tmp_path_factory):
     """cocoa_reward on KeyToDoor L = 6 with two warm-up updates, evaluated every 2 updates."""
     out = tmp_path_factory.mktemp("key_to_door_reports")
-    config = TrainConfig(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
-                         env_options=(("length", 6),), num_envs=4, num_steps=6,
-                         total_timesteps=4 * 6 * 8, eval_every=2, eval_episodes=4,
-                         hidden_sizes=(8,), model_warmup_updates=2)
+    config = TrainConfig.from_flat(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
+                                   env_options=(("length", 6),), num_envs=4, num_steps=6,
+                                   total_timesteps=4 * 6 * 8, eval_every=2, eval_episodes=4,
+                                   hidden_sizes=(8,), model_warmup_updates=2)
     X.run_cases([X.Case(name="cocoa/L6/cocoa_reward", config=config,
                         settings=({"gamma": 1.0},))], out, num_seeds=2, log=lambda _: None)
     return out / "cocoa" / "L6" / "cocoa_reward"

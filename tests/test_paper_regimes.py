@@ -38,7 +38,7 @@ def test_epsilon_mixture_hand_case():
 def _key_to_door_engine(**overrides):
     settings = dict(algo="a2c", env="KeyToDoor", env_options=(("length", 6),), num_envs=4,
                     num_steps=6, total_timesteps=4 * 6 * 2, eval_every=1, eval_episodes=4)
-    config = TrainConfig(**{**settings, **overrides})
+    config = TrainConfig.from_flat(**{**settings, **overrides})
     return make_engine(config)
 
 
@@ -232,7 +232,7 @@ def test_pretrained_features_are_fitted_once_after_burn_in_then_frozen():
 
 def test_burn_in_and_pretraining_bad_settings_are_one_line_errors():
     with pytest.raises(ValueError, match="needs burn_in_updates"):
-        TrainConfig(estimator_pretrain_steps=10).resolved()
+        TrainConfig.from_flat(estimator_pretrain_steps=10).resolved()
     with pytest.raises(ValueError, match="burn_in_updates must be"):
         TrainConfig(burn_in_updates=-1).resolved()
     with pytest.raises(ValueError, match="no part to pretrain"):

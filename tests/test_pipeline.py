@@ -68,15 +68,16 @@ def pg_without_critic_terms() -> objectives.Objective:
 def test_user_estimator_registers_with_one_line_and_trains():
     register("td0", td0)
     assert "td0" in registered()
-    engine = make_engine(TrainConfig(algo="a2c", estimator="td0", **TINY))
+    engine = make_engine(TrainConfig.from_flat(algo="a2c", estimator="td0", **TINY))
     _, metrics = jax.jit(engine.train)(KEY, Hparams.create())
     np.testing.assert_allclose(metrics["credit/td0_marker"], 7.0)
     assert np.all(np.isfinite(metrics["loss"]))
 
 
 def test_module_factory_paths_need_no_registration():
-    engine = make_engine(TrainConfig(algo="a2c", estimator="jaxcredit.estimators.classic:n_step",
-                                     estimator_options=(("n", 3),), **TINY))
+    engine = make_engine(TrainConfig.from_flat(algo="a2c",
+                                               estimator="jaxcredit.estimators.classic:n_step",
+                                               estimator_options=(("n", 3),), **TINY))
     assert engine.estimator.name == "nstep"
     with pytest.raises(ValueError, match="cannot import 'no_such_module'"):
         make_estimator("no_such_module:factory")
@@ -88,8 +89,8 @@ def test_learned_redistributor_is_fitted_and_changes_the_rewards():
     """CartPole pays 1 per step, so the fitted offset moves towards 1 and the estimator sees
     r − b: with b > 0 its value targets fall below the undiscounted-sum of ones."""
     redistribute.register("reward_offset", reward_offset)
-    config = TrainConfig(algo="a2c", redistribute="reward_offset", redistribute_fit_steps=5,
-                         **TINY)
+    config = TrainConfig.from_flat(algo="a2c", redistribute="reward_offset",
+                                   redistribute_fit_steps=5, **TINY)
     engine = make_engine(config)
     hparams = Hparams.create(redistributor_lr=0.1)
     state, metrics = jax.jit(engine.train)(KEY, hparams)
@@ -108,7 +109,7 @@ def test_learned_redistributor_is_fitted_and_changes_the_rewards():
 def test_relabeller_runs_before_the_critic_and_objective_is_pluggable():
     relabel.register("doubled", doubled_rewards)
     objectives.register("bare_pg", pg_without_critic_terms)
-    config = TrainConfig(algo="a2c", relabel="doubled", objective="bare_pg", **TINY)
+    config = TrainConfig.from_flat(algo="a2c", relabel="doubled", objective="bare_pg", **TINY)
     engine = make_engine(config)
     hparams = Hparams.create()
     state = engine.init(KEY)
@@ -122,13 +123,13 @@ def test_relabeller_runs_before_the_critic_and_objective_is_pluggable():
 def test_algo_is_a_preset_of_objective_estimator_and_loop_counts():
     assert ALGO_PRESETS["reinforce"]["estimator"] == "mc"
     for algo, preset in ALGO_PRESETS.items():
-        config = TrainConfig(algo=algo).resolved()
+        config = TrainConfig(algo=algo).resolved().flat()
         for name, value in preset.items():
-            assert getattr(config, name) == value, (algo, name)
+            assert config[name] == value, (algo, name)
     config = TrainConfig(algo="ppo", objective="pg", update_epochs=2).resolved()
     assert config.objective == "pg" and config.update_epochs == 2 and config.num_minibatches == 4
     # REINFORCE's credit is the Monte-Carlo return with V ≡ 0.
-    engine = make_engine(TrainConfig(algo="reinforce", **TINY))
+    engine = make_engine(TrainConfig.from_flat(algo="reinforce", **TINY))
     assert engine.estimator.name == "mc" and not engine.config.critic
 
 
@@ -139,22 +140,22 @@ def test_presets_build_configs_and_oracle_suffix():
     with pytest.raises(ValueError, match="unknown learner"):
         presets.learner_fields("hca_magic")
     for label in presets.LEARNERS:
-        TrainConfig(**presets.learner_fields(label)).resolved()
+        TrainConfig.from_flat(**presets.learner_fields(label)).resolved()
 
 
 def test_oracle_needs_ground_truth_and_gamma_one():
-    oracle = TrainConfig(algo="a2c", estimator="hca_return",
-                         estimator_options=(("model", "oracle"),), **TINY)
+    oracle = TrainConfig.from_flat(algo="a2c", estimator="hca_return",
+                                   estimator_options=(("model", "oracle"),), **TINY)
     with pytest.raises(ValueError, match="needs an environment with exact ground truth"):
         make_engine(oracle)
     with pytest.raises(ValueError, match="needs return_kind='mc'"):
         make_estimator("hca_return", model="oracle", return_kind="lambda")
     from jaxcredit.agents.host_loop import check_oracle_settings
 
-    engine = make_engine(TrainConfig(algo="a2c", estimator="hca_return",
-                                     estimator_options=(("model", "oracle"),),
-                                     env="AmbiguousBandit", num_envs=4, num_steps=1,
-                                     total_timesteps=8))
+    engine = make_engine(TrainConfig.from_flat(algo="a2c", estimator="hca_return",
+                                               estimator_options=(("model", "oracle"),),
+                                               env="AmbiguousBandit", num_envs=4, num_steps=1,
+                                               total_timesteps=8))
     check_oracle_settings(engine, [{"gamma": 1.0}])
     with pytest.raises(ValueError, match="needs gamma=1"):
         check_oracle_settings(engine, [{"gamma": 0.99}])
@@ -202,7 +203,7 @@ def test_every_registry_hands_the_engine_context_one_way():
         return redistribute.Redistributor(name="offset", redistribute=apply)
 
     redistribute.register("context_probe", offset)
-    config = TrainConfig(algo="a2c", redistribute="context_probe", **TINY)
+    config = TrainConfig.from_flat(algo="a2c", redistribute="context_probe", **TINY)
     _, metrics = jax.jit(make_engine(config).train)(KEY, Hparams.create())
     assert set(seen["offset"]) >= {"env", "env_params", "horizon", "group_size"}
     np.testing.assert_array_equal(metrics["redistribute/horizon"], 500.0)
@@ -271,8 +272,8 @@ def test_a_new_kind_of_exact_model_from_outside_needs_no_registration(tmp_path, 
                   hidden_sizes=(8,), eval_every=3, eval_episodes=4)
     metrics = {}
     for model in ("linear", "oracle"):
-        engine = make_engine(TrainConfig(algo="a2c", estimator="ext_credit:q_advantage",
-                                         estimator_options=(("model", model),), **bandit))
+        engine = make_engine(TrainConfig.from_flat(algo="a2c", estimator="ext_credit:q_advantage",
+                                                   estimator_options=(("model", model),), **bandit))
         _, metrics[model] = jax.jit(engine.train)(KEY, Hparams.create(gamma=1.0))
         assert engine.ground_truth.plans.keys() == {"ext_credit:q_values"}
         assert np.all(np.isfinite(metrics[model]["loss"]))

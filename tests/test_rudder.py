@@ -334,7 +334,7 @@ def _config(**kw):
                 redistribute="rudder", redistribute_fit_steps=4, eval_every=10,
                 total_timesteps=16 * 9 * 60)
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.from_flat(**base)
 
 
 def test_engine_reads_the_undelayed_ground_truth_and_keeps_returns():
@@ -421,6 +421,6 @@ def test_oracle_puts_q_on_the_first_step_and_the_noise_on_the_last():
 
 def test_oracle_needs_ground_truth():
     with pytest.raises(ValueError, match="needs an environment with exact ground truth"):
-        make_engine(TrainConfig(algo="ppo", env="DelayedReward-CartPole-v1",
-                                redistribute="rudder",
-                                redistribute_options=(("model", "oracle"),)))
+        make_engine(TrainConfig.from_flat(algo="ppo", env="DelayedReward-CartPole-v1",
+                                          redistribute="rudder",
+                                          redistribute_options=(("model", "oracle"),)))

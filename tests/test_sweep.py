@@ -67,8 +67,8 @@ SCRIPT = textwrap.dedent("""
     from jaxcredit.agents import TrainConfig, make_engine
     assert len(jax.devices()) == 4, jax.devices()
     # No evaluation: smaller programs to compile (the sharding is what is checked).
-    engine = make_engine(TrainConfig(algo="a2c", num_envs=4, num_steps=8, eval_every=0,
-                                     total_timesteps=4 * 8 * 3, hidden_sizes=(8,)))
+    engine = make_engine(TrainConfig.from_flat(algo="a2c", num_envs=4, num_steps=8, eval_every=0,
+                                               total_timesteps=4 * 8 * 3, hidden_sizes=(8,)))
     six = sweep.make_population([{"lr": 1e-3}, {"lr": 3e-3}, {"lr": 1e-2}], num_seeds=2)
     out = {}
     try:

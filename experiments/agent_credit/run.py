@@ -103,7 +103,7 @@ def env_options(horizon: int) -> tuple:
 
 def case(horizon: int, learner: str, updates: int) -> X.Case:
     base, options, extra_env, _, hparams = ABLATIONS.get(learner, (learner, (), (), None, {}))
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         **learner_fields(base, estimator_options=options), env="CommandChain",
         env_options=env_options(horizon) + extra_env,
         num_envs=NUM_ENVS, group_size=GROUP_SIZE, num_steps=horizon,

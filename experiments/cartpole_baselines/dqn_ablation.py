@@ -121,11 +121,11 @@ def main(argv=None) -> int:
         config = base.config
         hparams = dict(run.DQN_HPARAMS)
         if "q_learning" in differences:
-            config = dataclasses.replace(config, estimator="q_learning")
+            config = config.replace(estimator="q_learning")
         if "no_clip" in differences:
             hparams["max_grad_norm"] = 1e9
         if "adam_eps" in differences:
-            config = dataclasses.replace(config, adam_eps=1e-8)
+            config = config.replace(adam_eps=1e-8)
         folder = f"variant{i}"
         undo = switched_on(differences)
         try:

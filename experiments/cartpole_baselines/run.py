@@ -55,13 +55,15 @@ class Args(X.OutputArgs):
 
 
 def cases(size: dict) -> list[X.Case]:
-    ppo = TrainConfig(algo="ppo", estimator="gae", env="CartPole-v1",
-                      total_timesteps=size["ppo_steps"], eval_every=0)
-    dqn = TrainConfig(algo="dqn", env="CartPole-v1", num_envs=10, num_steps=1,
-                      total_timesteps=size["dqn_steps"], buffer_size=10_000, batch_size=128,
-                      learning_starts=min(10_000, size["dqn_steps"] // 10), gradient_steps=1,
-                      target_update_every=50, hidden_sizes=(120, 84), activation="relu",
-                      eval_every=size["dqn_steps"] // 10 // 20, eval_episodes=8)
+    ppo = TrainConfig.from_flat(algo="ppo", estimator="gae", env="CartPole-v1",
+                                total_timesteps=size["ppo_steps"], eval_every=0)
+    dqn = TrainConfig.from_flat(algo="dqn", env="CartPole-v1", num_envs=10, num_steps=1,
+                                total_timesteps=size["dqn_steps"], buffer_size=10_000,
+                                batch_size=128,
+                                learning_starts=min(10_000, size["dqn_steps"] // 10),
+                                gradient_steps=1, target_update_every=50, hidden_sizes=(120, 84),
+                                activation="relu", eval_every=size["dqn_steps"] // 10 // 20,
+                                eval_episodes=8)
     return [X.Case("ppo_gae", ppo, (PPO_HPARAMS,), {"learner": "PPO+GAE"}),
             X.Case("dqn", dqn, (DQN_HPARAMS,), {"learner": "DQN"})]
 

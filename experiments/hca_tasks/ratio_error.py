@@ -53,11 +53,12 @@ def cases(updates: int) -> list[X.Case]:
     out = []
     for task, (env, options, num_envs, num_steps) in TASKS.items():
         for estimator, lr in MODELS:
-            config = TrainConfig(algo="a2c", estimator=estimator, env=env, env_options=options,
-                                 num_envs=num_envs, num_steps=num_steps,
-                                 total_timesteps=num_envs * num_steps * updates,
-                                 eval_every=max(1, updates // 4), eval_episodes=2,
-                                 anneal_lr=False)
+            config = TrainConfig.from_flat(algo="a2c", estimator=estimator, env=env,
+                                           env_options=options, num_envs=num_envs,
+                                           num_steps=num_steps,
+                                           total_timesteps=num_envs * num_steps * updates,
+                                           eval_every=max(1, updates // 4), eval_episodes=2,
+                                           anneal_lr=False)
             slug = task.replace(" ", "_").replace("=", "").replace("σ", "sigma")
             out.append(X.Case(name=f"{slug}/{estimator}_elr{lr:g}", config=config,
                               settings=(dict(lr=1e-7, gamma=1.0, ent_coef=0.0,

@@ -109,7 +109,7 @@ def case(task: str, label: str, updates: int, warmup: int = WARMUP_UPDATES) -> X
         hp["estimator_lr"] = TABLE_LR
     if label.endswith("1-step"):
         hp["estimator_lr"] = hp["lr"]
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         **learner_fields(preset, **overrides), env=env, env_options=env_options,
         num_envs=num_envs, num_steps=num_steps, total_timesteps=num_envs * num_steps * updates,
         hidden_sizes=(64, 64), anneal_lr=False, eval_every=max(1, updates // 15),

@@ -75,7 +75,7 @@ def case(n: int, learner: str, updates: int, buffer: int, strategy: str = "futur
     # n is the number of bits, or for the grid group the grid's size (episodes of 2n steps).
     env, options, steps = (("GoalGrid", (("size", n),), 2 * n) if group == "grid"
                            else ("BitFlip", (("n", n),), n))
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         algo="dqn", estimator="q_learning", env=env, env_options=options,
         num_envs=EPISODES_PER_UPDATE, num_steps=steps,
         total_timesteps=EPISODES_PER_UPDATE * steps * updates, buffer_size=buffer,

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         saved = json.loads((run / "config.json").read_text())
         config = TrainConfig.from_dict(saved["config"])
-        if dict(config.estimator_options).get("model") != "hypernet":
+        if dict(config.estimator.options).get("model") != "hypernet":
             raise ValueError(f"{run} is not a run of the hypernet model")
         engine = make_engine(config)
         seeds = int(saved["num_seeds"])

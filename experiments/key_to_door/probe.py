@@ -78,7 +78,7 @@ def probe_case(args: Args) -> X.Case:
     if args.updates < 4 or args.length < 4:
         raise ValueError("need --updates >= 4 and --length >= 4")
     case = run.case(args.length, args.learner, args.updates, regime=args.regime)
-    config = dataclasses.replace(case.config, eval_every=1, eval_episodes=2)
+    config = case.config.replace(eval_every=1, eval_episodes=2)
     return dataclasses.replace(case, name=f"probe_{case.name.replace('/', '_')}", config=config)
 
 

@@ -205,7 +205,7 @@ def cocoa_case(length: int, label: str, updates: int, lr: Optional[float] = None
     overrides = dict(COCOA_CONFIG, **fields)
     if options:
         overrides["estimator_options"] = tuple(sorted(options.items()))
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         **learner_fields(label, **overrides), env="KeyToDoor", env_options=(("length", length),),
         num_envs=NUM_ENVS, num_steps=length, total_timesteps=NUM_ENVS * length * updates,
         hidden_sizes=(64, 64), eval_every=min(eval_every or COCOA_EVAL_EVERY, updates),
@@ -231,7 +231,7 @@ def case(length: int, label: str, updates: int, lr: Optional[float] = None,
         # Only rewarded later steps carry COCOA credit: all of them up to 16 per step (every
         # step at L = 23), else 16 drawn (unbiased). COCOA fits on rewarded pairs only.
         overrides["estimator_options"] = (("pairs", "rewarded"), ("num_pairs", 16))
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         **learner_fields(label, **overrides), env="KeyToDoor", env_options=(("length", length),),
         num_envs=NUM_ENVS, num_steps=length, total_timesteps=NUM_ENVS * length * updates,
         hidden_sizes=(64, 64), anneal_lr=False, eval_every=eval_every or max(1, updates // 16),

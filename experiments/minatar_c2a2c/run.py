@@ -80,7 +80,7 @@ def case(game: str, variant: str, label: str, steps: int, hidden) -> X.Case:
     hp = dict(HPARAMS)
     if label.endswith("1-step"):
         hp["estimator_lr"] = hp["lr"]
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         **learner_fields(label), env=f"{VARIANTS[variant]}{game}-MinAtar", num_envs=NUM_ENVS,
         num_steps=NUM_STEPS, total_timesteps=NUM_ENVS * NUM_STEPS * updates,
         hidden_sizes=tuple(hidden), anneal_lr=False, eval_every=max(1, updates // 8),

@@ -181,7 +181,7 @@ def run_best_of_n(size: dict, seed: int = 0) -> dict:
 def rl_case(label: str, size: dict) -> X.Case:
     preset, extra, env_options = RL_LEARNERS[label]
     updates = size["rl_timesteps"] // (size["num_envs"] * 16)
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         **learner_fields(preset, **extra), env="ArithmeticChain",
         env_options=(("steps", size["rl_steps"]), ("modulus", size["rl_modulus"])) + env_options,
         num_envs=size["num_envs"], num_steps=16,

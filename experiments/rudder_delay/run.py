@@ -100,7 +100,7 @@ def delay_fields(label: str) -> dict:
 
 
 def delay_case(delay: int, label: str, sigma: float, updates: int) -> X.Case:
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         **delay_fields(label), env="DelayedReward-DelayedEffect",
         env_options=(("n", delay), ("sigma", sigma)), num_envs=NUM_ENVS, num_steps=delay + 1,
         total_timesteps=NUM_ENVS * (delay + 1) * updates, anneal_lr=False,
@@ -115,9 +115,9 @@ def delay_case(delay: int, label: str, sigma: float, updates: int) -> X.Case:
 
 def cartpole_case(label: str, steps: int) -> X.Case:
     dense = label.endswith(" dense")
-    config = TrainConfig(**learner_fields(label.removesuffix(" dense")),
-                         env="CartPole-v1" if dense else "DelayedReward-CartPole-v1",
-                         total_timesteps=steps, eval_every=None)
+    config = TrainConfig.from_flat(**learner_fields(label.removesuffix(" dense")),
+                                   env="CartPole-v1" if dense else "DelayedReward-CartPole-v1",
+                                   total_timesteps=steps, eval_every=None)
     return X.Case(name=f"cartpole/{label.replace('+', '_').replace(' ', '_')}", config=config,
                   settings=(CARTPOLE_HPARAMS,), labels={"part": "cartpole", "learner": label})
 

@@ -13,6 +13,8 @@ to start JAX's distributed runtime after that (``jaxcredit.distributed``).
 import importlib
 
 from jaxcredit.agents.config import ALGO_PRESETS, ALGOS, Hparams, TrainConfig, stack_hparams
+from jaxcredit.agents.stage_config import (EstimatorConfig, EvalConfig, FittedStageConfig,
+                                           OffPolicyConfig, StageConfig)
 
 _LAZY = {
     "EnvRunner": "rollout", "EpisodeSummary": "rollout",
@@ -22,8 +24,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "ALGOS", "ALGO_PRESETS", "AgentState", "Engine", "EnvRunner", "EpisodeSummary", "Hparams",
-    "TrainConfig", "TrainState", "Window", "make_engine", "make_train",
+    "ALGOS", "ALGO_PRESETS", "AgentState", "Engine", "EnvRunner", "EpisodeSummary",
+    "EstimatorConfig", "EvalConfig", "FittedStageConfig", "Hparams", "OffPolicyConfig",
+    "StageConfig", "TrainConfig", "TrainState", "Window", "make_engine", "make_train",
     "reset_runner", "rollout", "stack_hparams",
 ]
 

@@ -13,12 +13,18 @@ idea). Estimators read ``hparams.gamma`` and ``hparams.lambda_`` from it.
 ``algo`` is a preset, not a code path: it fills the objective, the default estimator and the loop
 counts that are left as None (:data:`ALGO_PRESETS`).
 
-Every field's docstring is its command-line help (``jaxcredit train --help``).
+The settings of each stage, of the off-policy learner and of evaluation are records of their own
+(``TrainConfig.estimator.fit_steps``, ``TrainConfig.evaluation.every``); the command line, the
+learner presets and the flat form of a config name every field by one flat name, its flag
+(``estimator_fit_steps``, ``eval_every``: :func:`flat_fields`). Every field's docstring is its
+command-line help (``jaxcredit train --help``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from typing import Any, Optional
 
 import jax
@@ -26,7 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxcredit.fitting import FitSchedule
+from jaxcredit.agents.stage_config import (EstimatorConfig, EvalConfig, FittedStageConfig,
+                                           FlatField, OffPolicyConfig, Options, StageConfig,
+                                           check_count, record_fields)
 from jaxcredit.networks import activation_fn
 
 # Presets: what `algo` fills in for the fields left as None.
@@ -54,7 +62,8 @@ ALGOS = tuple(ALGO_PRESETS)
 # Evaluations per run when `eval_every` is left as None.
 DEFAULT_EVALUATIONS = 20
 
-Options = tuple[tuple[str, Any], ...]
+# The metadata key of a record field's flag prefix, where it is not "<field>_" (``eval_``).
+FLAG_PREFIX = "flag_prefix"
 
 
 def default_eval_every(num_updates: int) -> int:
@@ -66,25 +75,23 @@ def default_eval_every(num_updates: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """What fixes the compiled program (see module docstring)."""
+    """What fixes the compiled program (see module docstring).
+
+    The settings of a stage, of the off-policy learner and of evaluation are records of their
+    own (:mod:`jaxcredit.agents.stage_config`); their flags are flat (:func:`flat_fields`).
+    A stage may be given by its name alone: ``TrainConfig(estimator="gae")``.
+    """
 
     algo: str = "ppo"
     """preset: ppo | a2c | reinforce | dqn (fills the fields below that are left unset)"""
     objective: Optional[str] = None
     """objective stage: a registered name or module:factory (default: the algo's)"""
-    estimator: Optional[str] = None
-    """estimate stage: a registered name (jaxcredit list estimators) or module:factory (default:
-    gae, or mc for reinforce); for dqn the Q target: double_q | q_learning"""
-    estimator_options: Options = ()
-    """options of the estimator, e.g. n=10 or model=oracle"""
-    relabel: Optional[str] = None
-    """relabel stage (registry name or module:factory); none by default"""
-    relabel_options: Options = ()
-    """options of the relabel stage"""
-    redistribute: Optional[str] = None
-    """redistribute stage (registry name or module:factory); none by default"""
-    redistribute_options: Options = ()
-    """options of the redistribute stage"""
+    estimator: EstimatorConfig = dataclasses.field(default_factory=EstimatorConfig)
+    """the estimate stage, its options and the fitting of its model"""
+    relabel: StageConfig = dataclasses.field(default_factory=StageConfig)
+    """the relabel stage and its options (none by default)"""
+    redistribute: FittedStageConfig = dataclasses.field(default_factory=FittedStageConfig)
+    """the redistribute stage, its options and the fitting of its model (none by default)"""
     env: str = "CartPole-v1"
     """environment name (jaxcredit list envs)"""
     env_options: Options = ()
@@ -120,21 +127,6 @@ class TrainConfig:
     softmax policy"""
     adam_eps: float = 1e-5
     """ε of the agent's Adam (PureJaxRL and CleanRL: 1e-5; optax's default and COCOA: 1e-8)"""
-    estimator_fit_steps: int = 4
-    """optimiser steps that fit a learned estimator's model per update"""
-    estimator_fit_minibatches: int = 1
-    """each fitting step uses N / this many environments' whole windows"""
-    estimator_fit_windows: int = 1
-    """fit on the fresh window plus this many − 1 earlier ones"""
-    estimator_anneal_lr: bool = False
-    """decay the estimator's learning rate linearly to 0 over the run"""
-    estimator_assign_before_fit: bool = False
-    """assign the credit with the model as it was before this update's fit (held out: the
-    window's own outcomes do not shape the coefficients that weigh them); default after it, as
-    COCOA's and HCA's code do"""
-    estimator_fit_until_loss: float = 0.0
-    """0, or fit each update until a running average of the model's loss falls to this value
-    (at most estimator_fit_steps steps; RUDDER's rule, jaxcredit.fitting.fit)"""
     burn_in_updates: int = 0
     """updates at the start that only act: no agent step and no model fit (COCOA-feature: 30);
     their windows are the pretraining data"""
@@ -142,81 +134,77 @@ class TrainConfig:
     """updates after any burn-in in which the credit models fit but the agent does not step:
     its first steps then use fitted models, and its Adam moments never hold the outsized
     gradients of an unfitted one (experiments/key_to_door, "The agent's Adam remembers")"""
-    estimator_pretrain_steps: int = 0
-    """Adam steps of the estimator's pretraining loss on the burn-in windows, taken once after
-    burn-in; the pretrained part is then frozen (COCOA-feature's features: 20 000)"""
-    redistribute_fit_steps: int = 4
-    """optimiser steps that fit a learned redistributor per update"""
-    redistribute_fit_minibatches: int = 1
-    """each fitting step uses N / this many environments' whole windows"""
-    redistribute_fit_windows: int = 1
-    """fit on the fresh window plus this many − 1 earlier ones"""
-    redistribute_anneal_lr: bool = False
-    """decay the redistributor's learning rate linearly to 0 over the run"""
-    redistribute_fit_until_loss: float = 0.0
-    """0, or fit each update until a running average of the main loss falls to this value
-    (at most redistribute_fit_steps steps; RUDDER's demonstration code: 0.15)"""
-    buffer_size: int = 100_000
-    """dqn: replay capacity in transitions, split evenly over the N environments"""
-    batch_size: int = 128
-    """dqn: sampled transitions per gradient step"""
-    learning_starts: int = 1_000
-    """dqn: env steps collected before the first gradient step"""
-    gradient_steps: int = 1
-    """dqn: gradient steps per update"""
-    target_update_every: int = 50
-    """dqn: updates between target-network updates (a copy for tau = 1, else Polyak)"""
-    n_step: int = 1
-    """dqn: n of the n-step Q target (episode-aware: stops at every episode end)"""
-    dueling: bool = False
-    """dqn: dueling Q head, Q = V + A − mean A (Wang et al. 2016)"""
-    huber: bool = False
-    """dqn: Huber loss on the TD error instead of the squared error"""
-    eval_every: Optional[int] = None
-    """evaluate every this many updates (default: 20 evaluations per run; 0: never)"""
-    eval_episodes: int = 16
-    """episodes per evaluation, each with sampled and with greedy actions"""
-    eval_max_steps: Optional[int] = None
-    """step cap of an evaluation episode (default: the env's time limit, else 1000)"""
+    off_policy: OffPolicyConfig = dataclasses.field(
+        default_factory=OffPolicyConfig, metadata={FLAG_PREFIX: ""})
+    """dqn: the replay buffer, gradient steps, target network and Q head"""
+    evaluation: EvalConfig = dataclasses.field(
+        default_factory=EvalConfig, metadata={FLAG_PREFIX: "eval_"})
+    """how often, on how many episodes and for how long the policy is evaluated"""
+
+    def __post_init__(self):
+        # A stage named by a string (or None) is that stage with its default settings.
+        for name, record in _groups().items():
+            value = getattr(self, name)
+            if issubclass(record, StageConfig) and (value is None or isinstance(value, str)):
+                object.__setattr__(self, name, record(name=value))
+
+    @classmethod
+    def from_flat(cls, **values) -> "TrainConfig":
+        """The config of flat (flag) names: ``from_flat(estimator="hca_state",
+        estimator_fit_steps=8, eval_every=0)``; fields not given keep their defaults."""
+        fields = {f.name: f.path for f in flat_fields()}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"TrainConfig has no field(s) {', '.join(unknown)}")
+        top, grouped = {}, {}
+        for name, value in values.items():
+            group, *inner = fields[name]
+            if inner:
+                grouped.setdefault(group, {})[inner[0]] = value
+            else:
+                top[group] = value
+        records = {group: _groups()[group](**kwargs) for group, kwargs in grouped.items()}
+        return cls(**top, **records)
+
+    def flat(self) -> dict:
+        """The config by flat (flag) names; ``TrainConfig.from_flat(**c.flat()) == c``."""
+        return {f.name: _get(self, f.path) for f in flat_fields()}
+
+    def replace(self, **values) -> "TrainConfig":
+        """A copy with the fields named by their flat (flag) names changed:
+        ``config.replace(eval_every=0, estimator_fit_steps=8)``."""
+        return TrainConfig.from_flat(**{**self.flat(), **values})
 
     def resolved(self) -> "TrainConfig":
         """Fills the algorithm preset, validates, and returns the concrete config."""
         if self.algo not in ALGO_PRESETS:
             raise ValueError(f"unknown algo {self.algo!r}; choose one of {list(ALGOS)}")
-        fills = {k: v for k, v in ALGO_PRESETS[self.algo].items() if getattr(self, k) is None}
-        cfg = dataclasses.replace(
-            self, total_timesteps=_whole(self.total_timesteps, "total_timesteps"),
-            hidden_sizes=tuple(int(h) for h in self.hidden_sizes),
-            estimator_options=_options(self.estimator_options),
-            relabel_options=_options(self.relabel_options),
-            redistribute_options=_options(self.redistribute_options),
-            env_options=_options(self.env_options), **fills,
-        )
+        values = self.flat()
+        fills = {k: v for k, v in ALGO_PRESETS[self.algo].items() if values[k] is None}
+        values.update(fills, total_timesteps=_whole(self.total_timesteps, "total_timesteps"),
+                      hidden_sizes=tuple(int(h) for h in self.hidden_sizes),
+                      **{name: _options(values[name]) for name in OPTION_FIELDS})
+        cfg = TrainConfig.from_flat(**values)
         cfg.validate()
-        if cfg.eval_every is None:
-            cfg = dataclasses.replace(cfg, eval_every=default_eval_every(cfg.num_updates))
+        if cfg.evaluation.every is None:
+            cfg = cfg.replace(eval_every=default_eval_every(cfg.num_updates))
         return cfg
 
     def validate(self) -> None:
-        """Raises ValueError with a one-line message on an inconsistent config."""
+        """Raises ValueError with a one-line message on an inconsistent config: each record
+        checks its own fields, this the top-level ones and those across records."""
         for name in ("num_envs", "group_size", "num_steps", "total_timesteps", "update_epochs",
-                     "num_minibatches", "eval_episodes", "buffer_size", "batch_size",
-                     "gradient_steps", "target_update_every", "n_step"):
+                     "num_minibatches"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, np.integer)) or value <= 0):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.eval_every is not None and (not isinstance(self.eval_every, int)
-                                            or self.eval_every < 0):
-            raise ValueError(f"eval_every must be a non-negative integer, got {self.eval_every!r}")
-        for name in ("burn_in_updates", "model_warmup_updates", "estimator_pretrain_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        if self.estimator_pretrain_steps and not self.burn_in_updates:
+            if value is not None:
+                check_count(name, value, 1)
+        for name in _groups():
+            getattr(self, name).validate(_prefix(name))
+        for name in ("burn_in_updates", "model_warmup_updates"):
+            check_count(name, getattr(self, name), 0)
+        if self.estimator.pretrain_steps and not self.burn_in_updates:
             raise ValueError("estimator_pretrain_steps needs burn_in_updates >= 1: the burn-in "
                              "windows are the pretraining data")
-        if self.eval_max_steps is not None and self.eval_max_steps <= 0:
-            raise ValueError(f"eval_max_steps must be positive, got {self.eval_max_steps!r}")
         if not 0.0 <= self.policy_epsilon < 1.0:
             raise ValueError(f"policy_epsilon must lie in [0, 1), got {self.policy_epsilon!r}")
         if not self.adam_eps > 0:
@@ -224,32 +212,8 @@ class TrainConfig:
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}")
         activation_fn(self.activation)  # raises on an unknown name
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be non-negative, got {self.learning_starts}")
         if self.algo in OFF_POLICY_ALGOS:
-            if self.estimator not in Q_TARGETS:
-                raise ValueError(f"--algo {self.algo} learns Q by a Q-learning target; choose "
-                                 f"--estimator {' or '.join(Q_TARGETS)}, got {self.estimator!r}")
-            if self.objective is not None:
-                raise ValueError(f"--algo {self.algo} regresses Q on its target; it takes no "
-                                 f"--objective (got {self.objective!r})")
-            if self.group_size > 1:
-                raise ValueError(f"--algo {self.algo} learns from replayed transitions, not from "
-                                 f"groups of episodes; group_size must be 1, got "
-                                 f"{self.group_size}")
-            if self.redistribute:
-                raise ValueError(f"--algo {self.algo} has no redistribute stage yet (rewards are "
-                                 "relabelled at sample time only)")
-            if self.burn_in_updates or self.model_warmup_updates:
-                raise ValueError(f"--algo {self.algo} waits with learning_starts; "
-                                 "burn_in_updates and model_warmup_updates are for the "
-                                 "on-policy learners")
-            if self.buffer_size < self.batch_size:
-                raise ValueError(f"buffer_size={self.buffer_size} is smaller than one batch "
-                                 f"(batch_size={self.batch_size})")
-            if self.buffer_size < self.num_envs:
-                raise ValueError(f"buffer_size={self.buffer_size} holds less than one step of "
-                                 f"the {self.num_envs} environments")
+            self._validate_off_policy()
         if self.num_envs % self.group_size:
             raise ValueError(f"group_size={self.group_size} does not divide "
                              f"num_envs={self.num_envs}")
@@ -262,8 +226,37 @@ class TrainConfig:
             raise ValueError(
                 f"num_envs × num_steps = {self.num_envs * self.num_steps} is not divisible by "
                 f"num_minibatches={self.num_minibatches}")
-        self.estimator_fit.validate("estimator", self.num_envs)
-        self.redistribute_fit.validate("redistribute", self.num_envs)
+        for name in ("estimator", "redistribute"):
+            minibatches = getattr(self, name).fit_minibatches
+            if self.num_envs % minibatches:
+                raise ValueError(f"num_envs={self.num_envs} is not divisible by "
+                                 f"{_prefix(name)}fit_minibatches={minibatches}")
+
+    def _validate_off_policy(self) -> None:
+        """The checks of an off-policy algo across the records (its target, replay, stages)."""
+        off = self.off_policy
+        if self.estimator.name not in Q_TARGETS:
+            raise ValueError(f"--algo {self.algo} learns Q by a Q-learning target; choose "
+                             f"--estimator {' or '.join(Q_TARGETS)}, got "
+                             f"{self.estimator.name!r}")
+        if self.objective is not None:
+            raise ValueError(f"--algo {self.algo} regresses Q on its target; it takes no "
+                             f"--objective (got {self.objective!r})")
+        if self.group_size > 1:
+            raise ValueError(f"--algo {self.algo} learns from replayed transitions, not from "
+                             f"groups of episodes; group_size must be 1, got {self.group_size}")
+        if self.redistribute.name:
+            raise ValueError(f"--algo {self.algo} has no redistribute stage yet (rewards are "
+                             "relabelled at sample time only)")
+        if self.burn_in_updates or self.model_warmup_updates:
+            raise ValueError(f"--algo {self.algo} waits with learning_starts; burn_in_updates "
+                             "and model_warmup_updates are for the on-policy learners")
+        if off.buffer_size < off.batch_size:
+            raise ValueError(f"buffer_size={off.buffer_size} is smaller than one batch "
+                             f"(batch_size={off.batch_size})")
+        if off.buffer_size < self.num_envs:
+            raise ValueError(f"buffer_size={off.buffer_size} holds less than one step of "
+                             f"the {self.num_envs} environments")
 
     @property
     def num_updates(self) -> int:
@@ -274,44 +267,80 @@ class TrainConfig:
         return self.num_envs * self.num_steps
 
     @property
-    def estimator_fit(self) -> FitSchedule:
-        return FitSchedule(self.estimator_fit_steps, self.estimator_fit_minibatches,
-                           self.estimator_fit_windows, self.estimator_anneal_lr,
-                           self.estimator_fit_until_loss)
-
-    @property
-    def redistribute_fit(self) -> FitSchedule:
-        return FitSchedule(self.redistribute_fit_steps, self.redistribute_fit_minibatches,
-                           self.redistribute_fit_windows, self.redistribute_anneal_lr,
-                           self.redistribute_fit_until_loss)
-
-    @property
-    def estimator_kwargs(self) -> dict:
-        return dict(self.estimator_options)
-
-    @property
     def env_kwargs(self) -> dict:
         return dict(self.env_options)
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        for name in OPTION_FIELDS:
-            d[name] = dict(getattr(self, name))
-        d["hidden_sizes"] = list(self.hidden_sizes)
-        return d
+        """The nested JSON form written to ``config.json`` (options as dicts, tuples as lists)."""
+        nested: dict = {}
+        for f in flat_fields():
+            value = _get(self, f.path)
+            value = dict(value) if f.name in OPTION_FIELDS else (
+                list(value) if isinstance(value, tuple) else value)
+            *outer, last = f.path
+            functools.reduce(lambda d, key: d.setdefault(key, {}), outer, nested)[last] = value
+        return nested
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        d = dict(d)
-        for name in OPTION_FIELDS:
-            d[name] = _options(d.get(name, {}))
-        d["hidden_sizes"] = tuple(d.get("hidden_sizes", (64, 64)))
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v)
-                      for k, v in d.items() if k in known})
+        """The config of :meth:`to_dict`'s nested form, or of the flat form (flag names) that
+        ``config.json`` held before the records (run directories written then still load);
+        keys it does not know are ignored."""
+        values = {}
+        for f in flat_fields():
+            found, value = _saved(d, f)
+            if found:
+                values[f.name] = _options(value) if f.name in OPTION_FIELDS else (
+                    tuple(value) if isinstance(value, list) else value)
+        return cls.from_flat(**values)
 
 
-OPTION_FIELDS = ("estimator_options", "relabel_options", "redistribute_options", "env_options")
+@functools.cache
+def _groups() -> dict[str, type]:
+    """The fields of TrainConfig that are records, with their record types."""
+    hints = typing.get_type_hints(TrainConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(TrainConfig)
+            if dataclasses.is_dataclass(hints[f.name])}
+
+
+def _prefix(group: str) -> str:
+    """The flag prefix of a record's fields: ``estimator_``, ``eval_`` for ``evaluation``."""
+    field = next(f for f in dataclasses.fields(TrainConfig) if f.name == group)
+    return field.metadata.get(FLAG_PREFIX, group + "_")
+
+
+@functools.cache
+def flat_fields() -> tuple[FlatField, ...]:
+    """Every field of TrainConfig by its flag, the records' fields in place of the records, in
+    the order of the fields: a record's field is ``<prefix><field>`` (:func:`_prefix`), and the
+    ``name`` of a stage is the stage's own name (``estimator``)."""
+    out = []
+    for path, hint, default, doc in record_fields(TrainConfig, ()):
+        group = path[0]
+        if group not in _groups():
+            out.append(FlatField(group, path, hint, default, doc))
+            continue
+        is_stage = issubclass(_groups()[group], StageConfig)
+        for inner, hint, default, doc in record_fields(_groups()[group], path):
+            name = group if is_stage and inner[-1] == "name" else _prefix(group) + inner[-1]
+            out.append(FlatField(name, inner, hint, default, doc))
+    return tuple(out)
+
+
+def _get(config: Any, path: tuple[str, ...]) -> Any:
+    return functools.reduce(getattr, path, config)
+
+
+def _saved(d: dict, field: FlatField) -> tuple[bool, Any]:
+    """``(found, value)`` of a field in a saved config dict, nested (``d["estimator"]
+    ["fit_steps"]``) or flat (``d["estimator_fit_steps"]``, the form before the records)."""
+    outer = d.get(field.path[0])
+    if len(field.path) > 1 and isinstance(outer, dict):
+        return field.path[-1] in outer, outer.get(field.path[-1])
+    return field.name in d, d.get(field.name)
+
+
+OPTION_FIELDS = tuple(f.name for f in flat_fields() if f.hint == Options)
 
 
 def _options(options) -> Options:

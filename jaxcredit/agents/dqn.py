@@ -131,30 +131,31 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
     num_actions = discrete_actions(env, env_params, config.env)
     horizon = episode_horizon(env_params)
     relabeller = None
-    if config.relabel:
-        relabeller = make_relabeller(config.relabel, context={"env": env, "horizon": horizon},
-                                     **dict(config.relabel_options))
+    if config.relabel.name:
+        relabeller = make_relabeller(config.relabel.name, context={"env": env, "horizon": horizon},
+                                     **dict(config.relabel.options))
     past = relabeller.past if relabeller else 0
     future = relabeller.future if relabeller else 0
-    n = config.n_step
+    off = config.off_policy
+    n = off.n_step
     anchor = past
     window = anchor + max(n, 1 + future)
     T, N = config.num_steps, config.num_envs
-    replay = make_replay(config.buffer_size, N, window, config.batch_size)
+    replay = make_replay(off.buffer_size, N, window, off.batch_size)
     if replay.steps_per_env < T:
-        raise ValueError(f"buffer_size={config.buffer_size} holds {replay.steps_per_env} steps "
+        raise ValueError(f"buffer_size={off.buffer_size} holds {replay.steps_per_env} steps "
                          f"per environment, fewer than one update's {T} (num_steps)")
     obs_shape = tuple(env.observation_space(env_params).shape)
     network = QNetwork(num_actions, config.hidden_sizes, config.activation,
-                       obs_ndim=max(len(obs_shape), 1), dueling=config.dueling)
+                       obs_ndim=max(len(obs_shape), 1), dueling=off.dueling)
     success = success_fn(env)
     goals = goal_env(env)
-    double = config.estimator == "double_q"
+    double = config.estimator.name == "double_q"
     U = config.num_updates
     # The first update after which learning_starts env steps are stored (in Python: no int32
     # step count to overflow in long runs).
-    first_learning_update = -(-config.learning_starts // (T * N))
-    eval_steps = config.eval_max_steps or int(horizon or DEFAULT_EVAL_MAX_STEPS)
+    first_learning_update = -(-off.learning_starts // (T * N))
+    eval_steps = config.evaluation.max_steps or int(horizon or DEFAULT_EVAL_MAX_STEPS)
 
     def init(key: Array) -> DQNState:
         net_key, env_key, run_key, eval_key = jax.random.split(key, 4)
@@ -175,7 +176,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         q = network.apply(params, obs)
         chosen = jnp.take_along_axis(q, action[:, None], axis=-1)[:, 0]
         error = chosen - target
-        per_step = optax.huber_loss(error) if config.huber else jnp.square(error)
+        per_step = optax.huber_loss(error) if off.huber else jnp.square(error)
         loss = jnp.mean(per_step)
         return loss, {"loss": loss, "q_mean": jnp.mean(chosen),
                       "td_abs": jnp.mean(jnp.abs(error))}
@@ -238,10 +239,10 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         def gradient_steps(agent):
             def one(agent, step_key):
                 return learn(state.replace(agent=agent), hparams, step_key, lr)
-            if config.gradient_steps == 1:  # no loop of one iteration (faster on XLA:CPU)
+            if off.gradient_steps == 1:  # no loop of one iteration (faster on XLA:CPU)
                 return one(agent, jax.random.split(learn_key, 1)[0])
             agent, metrics = jax.lax.scan(one, agent,
-                                          jax.random.split(learn_key, config.gradient_steps))
+                                          jax.random.split(learn_key, off.gradient_steps))
             return agent, jax.tree.map(jnp.mean, metrics)
 
         shapes = jax.eval_shape(gradient_steps, state.agent)[1]
@@ -249,7 +250,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
             lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes))
         agent, metrics = jax.lax.cond(ready, gradient_steps, skipped, state.agent)
         update = state.update + 1
-        refresh = (update % config.target_update_every) == 0
+        refresh = (update % off.target_update_every) == 0
         target = jax.lax.cond(
             refresh, lambda: optax.incremental_update(agent.params, state.target_params,
                                                       hparams.tau),
@@ -274,7 +275,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         def policy(obs):
             return epsilon_greedy_logits(network.apply(state.agent.params, obs), EVAL_EPSILON)
 
-        played = play_episodes(env, env_params, policy, key, config.eval_episodes, eval_steps,
+        played = play_episodes(env, env_params, policy, key, config.evaluation.episodes, eval_steps,
                                success)
         return {f"eval/{k}": jnp.asarray(v, jnp.float32) for k, v in played.items()}
 

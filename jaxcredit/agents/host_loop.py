@@ -326,7 +326,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     # before the directory is touched: a sweep that does not fit is refused without a trace.
     saved_step, saved = _saved_position(out) if resume else (None, {})
     done_updates = int(saved.get("update", 0))
-    lengths = chunk_lengths(config.num_updates, spec.num_chunks, config.eval_every)
+    lengths = chunk_lengths(config.num_updates, spec.num_chunks, config.evaluation.every)
     boundaries = np.cumsum([0] + lengths)
     if done_updates not in boundaries:
         raise ValueError(f"checkpoint at update {done_updates} is not a chunk boundary of "

@@ -35,7 +35,7 @@ class EngineRuns:
         are those of one flat scan).
         Evaluation points count from ``state`` (the host loop starts chunks on block ends).
         """
-        every = self.config.eval_every
+        every = self.config.evaluation.every
         scan_updates = lambda s, n: jax.lax.scan(  # noqa: E731
             lambda c, _: self.update_step(c, hparams), s, None, n)
 

@@ -61,23 +61,23 @@ def make_stages(config: TrainConfig, env: Any, env_params: Any) -> Stages:
     for a bad name, option or combination."""
     context = stage_context(config, env, env_params)
     objective = make_objective(config.objective, objective_context(config, context))
-    estimator = make_estimator(config.estimator, context, **config.estimator_kwargs)
+    estimator = make_estimator(config.estimator.name, context, **dict(config.estimator.options))
     if estimator.episode_windows or config.group_size > 1:
         check_episode_windows(config, env, env_params, estimator)
     relabeller = None
-    if config.relabel:
-        relabeller = make_relabeller(config.relabel, context, **dict(config.relabel_options))
+    if config.relabel.name:
+        relabeller = make_relabeller(config.relabel.name, context, **dict(config.relabel.options))
         if relabeller.needs_replay:
-            raise ValueError(f"relabel stage {config.relabel!r} relabels replayed transitions "
+            raise ValueError(f"relabel stage {config.relabel.name!r} relabels replayed transitions "
                              f"and needs the off-policy learner (--algo dqn): a policy gradient "
                              f"on relabelled goals would be off-policy")
-    redistributor = (make_redistributor(config.redistribute, context,
-                                        **dict(config.redistribute_options))
-                     if config.redistribute else None)
-    if config.estimator_pretrain_steps and (not estimator.learned
+    redistributor = (make_redistributor(config.redistribute.name, context,
+                                        **dict(config.redistribute.options))
+                     if config.redistribute.name else None)
+    if config.estimator.pretrain_steps and (not estimator.learned
                                             or estimator.pretrain_loss is None):
-        raise ValueError(f"estimator {config.estimator!r} has no part to pretrain "
-                         f"(estimator_pretrain_steps={config.estimator_pretrain_steps}); "
+        raise ValueError(f"estimator {config.estimator.name!r} has no part to pretrain "
+                         f"(estimator_pretrain_steps={config.estimator.pretrain_steps}); "
                          f"cocoa_feature with features=pretrain has")
     return Stages(objective, estimator, relabeller, redistributor)
 
@@ -87,7 +87,7 @@ def check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
     """Episodic credit (group baselines, belief credit) needs every window to be one whole
     episode: a fixed episode length equal to num_steps, and instances to share for groups."""
     horizon = episode_horizon(env_params)
-    what = (f"estimator {config.estimator!r}" if estimator.episode_windows
+    what = (f"estimator {config.estimator.name!r}" if estimator.episode_windows
             else f"group_size={config.group_size}")
     if horizon is None:
         raise ValueError(f"{what} reads each window as one whole episode and "
@@ -116,7 +116,7 @@ def exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optio
         if missing:
             raise ValueError(missing)
         return None
-    if (not config.eval_every or not estimator.learned or estimator.oracle is None
+    if (not config.evaluation.every or not estimator.learned or estimator.oracle is None
             or estimator.hindsight is None or ground_truth is None or missing):
         return None
     return estimator.oracle()

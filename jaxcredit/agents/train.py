@@ -17,9 +17,9 @@ stacked ``Hparams`` is a seed × hyper-parameter sweep in one compile. The host 
 blocks in chunks (``Engine.run``) and gets bit-identical numbers.
 
 Fitted models. A learned estimator or redistributor is fitted with its own Adam state, learning
-rate and clip (``Hparams``) and its own schedule (``TrainConfig.*_fit_*``; ``jaxcredit.fitting``)
-*before* it is used on the fresh window. Its gradient never reaches the agent and the agent's
-never reaches it.
+rate and clip (``Hparams``) and its own schedule (``config.estimator.fit``,
+``config.redistribute.fit``; ``jaxcredit.fitting``) *before* it is used on the fresh window.
+Its gradient never reaches the agent and the agent's never reaches it.
 
 Minibatches. The objective sees minibatches of transitions shuffled over the whole ``T × N``
 window (as PureJaxRL and CleanRL do).
@@ -133,10 +133,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         reference = gt_lib.make_ground_truth(env.undelayed, env_params, (exact_redistributor,))
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     twin = exact_twin(estimator, ground_truth, config)
-    burn_in, pretrain_steps = config.burn_in_updates, config.estimator_pretrain_steps
+    burn_in, pretrain_steps = config.burn_in_updates, config.estimator.pretrain_steps
     if exact_redistributor and reference is None:
-        raise ValueError(f"redistribute stage {config.redistribute!r} with model=oracle needs an "
-                         f"environment with exact ground truth; {config.env!r} has none")
+        raise ValueError(f"redistribute stage {config.redistribute.name!r} with model=oracle "
+                         f"needs an environment with exact ground truth; {config.env!r} has none")
     obs_shape = tuple(env.observation_space(env_params).shape)
     network = ActorCritic(num_actions, config.hidden_sizes, config.activation,
                           obs_ndim=max(len(obs_shape), 1), epsilon=config.policy_epsilon)
@@ -144,7 +144,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     M, E = config.num_minibatches, config.update_epochs
     state_index = reference_index
     success = success_fn(env)
-    eval_steps = config.eval_max_steps or int(
+    eval_steps = config.evaluation.max_steps or int(
         getattr(env_params, "max_steps_in_episode", 0) or DEFAULT_EVAL_MAX_STEPS)
 
     def example_trajectory(obs_dtype) -> Trajectory:
@@ -174,7 +174,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         rd_params = redistributor.init(rd_key, example) if redistributor else {}
         rd_memory = (redistributor.init_memory(example)
                      if redistributor is not None and redistributor.init_memory else None)
-        est_state = (init_fit_state(est_params, example, config.estimator_fit)
+        est_state = (init_fit_state(est_params, example, config.estimator.fit)
                      if estimator.learned else FitState(est_params, {}))
         if pretrain_steps:
             est_state = est_state.replace(pretrain_buffer=jax.tree.map(
@@ -183,7 +183,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             agent=AgentState(agent_params,
                              optax.scale_by_adam(eps=config.adam_eps).init(agent_params)),
             estimator=est_state,
-            redistributor=(init_fit_state(rd_params, example, config.redistribute_fit)
+            redistributor=(init_fit_state(rd_params, example, config.redistribute.fit)
                            if redistributor is not None and redistributor.learned
                            else FitState(rd_params, {})).replace(memory=rd_memory),
             runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32))
@@ -256,8 +256,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             frozen = estimator.pretrained(est_state.params)
         fitted, fit_metrics = fit(
             estimator.loss, est_state, traj, hparams,
-            hparams.estimator_lr * lr_scale(state, config.estimator_anneal_lr),
-            hparams.estimator_max_grad_norm, fit_key, config.estimator_fit,
+            hparams.estimator_lr * lr_scale(state, config.estimator.anneal_lr),
+            hparams.estimator_max_grad_norm, fit_key, config.estimator.fit,
             weight_decay=hparams.estimator_weight_decay, frozen=frozen)
         if not burn_in:
             return fitted, fit_metrics
@@ -287,8 +287,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                           else lambda k: redistributor.sample(rd_state.memory, k))
                 fitted, fit_metrics = fit(
                     redistributor.loss, rd_state, traj, hparams,
-                    hparams.redistributor_lr * lr_scale(state, config.redistribute_anneal_lr),
-                    hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute_fit,
+                    hparams.redistributor_lr * lr_scale(state, config.redistribute.anneal_lr),
+                    hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute.fit,
                     sample, hparams.redistributor_weight_decay)
                 rd_state = fitted if not burn_in else jax.tree.map(
                     lambda new, old: jnp.where(state.update >= burn_in, new, old), fitted,
@@ -304,7 +304,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                 est_state, fit_metrics = fit_estimator(state, est_state, traj, hparams,
                                                        est_fit_key)
                 metrics.update({f"estimator/{k}": v for k, v in fit_metrics.items()})
-            if not config.estimator_assign_before_fit:
+            if not config.estimator.assign_before_fit:
                 params = est_state.params
         credit = jax.lax.stop_gradient(estimator.assign(params, traj, hparams, est_key))
         if estimator.update is not None:
@@ -424,7 +424,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         def policy(obs):  # the target policy: no exploration mixture
             return network.apply(state.agent.params, obs, method=ActorCritic.target_policy)
 
-        played = play_episodes(env, env_params, policy, play_key, config.eval_episodes,
+        played = play_episodes(env, env_params, policy, play_key, config.evaluation.episodes,
                                eval_steps, success)
         metrics = {f"eval/{k}": v for k, v in played.items()}
         if reference is not None:

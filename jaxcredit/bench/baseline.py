@@ -98,10 +98,16 @@ def import_revision(rev: str, workdir: pathlib.Path) -> tuple[types.ModuleType, 
 
 
 def make_config(agents: types.ModuleType, **fields: Any) -> Any:
-    """The resolved ``TrainConfig`` of an engine (current or baseline) with exactly ``fields``;
-    a ValueError naming the fields that engine's TrainConfig does not have."""
-    known = {f.name for f in dataclasses.fields(agents.TrainConfig)}
+    """The resolved ``TrainConfig`` of an engine (current or baseline) with exactly ``fields``,
+    by their flat (flag) names; a ValueError naming the fields that engine's TrainConfig does
+    not have."""
+    config_type = agents.TrainConfig
+    # Revisions from before TrainConfig grouped its fields into records take the flat names as
+    # their fields; later ones through from_flat.
+    grouped = hasattr(config_type, "from_flat")
+    known = set(config_type().flat()) if grouped else {
+        f.name for f in dataclasses.fields(config_type)}
     missing = sorted(set(fields) - known)
     if missing:
         raise ValueError(f"{agents.__name__}.TrainConfig has no field(s) {', '.join(missing)}")
-    return agents.TrainConfig(**fields).resolved()
+    return (config_type.from_flat(**fields) if grouped else config_type(**fields)).resolved()

@@ -20,8 +20,9 @@ Without ``init_memory`` the memory is None and ``redistribute`` hands it back.
 
 The engine fits a learned redistributor inside the compiled update (``jaxcredit.fitting``, its
 own optimiser, ``redistributor_lr`` / ``redistributor_max_grad_norm`` in ``Hparams`` and
-``redistribute_fit_*`` in ``TrainConfig``), then calls ``redistribute`` on the fresh window; the
-critic, the estimator and the objective all see the new rewards. Its ``loss`` metrics and the
+``TrainConfig.redistribute``'s fitting fields, ``--redistribute-fit-*``), then calls
+``redistribute`` on the fresh window; the critic, the estimator and the objective all see the new
+rewards. Its ``loss`` metrics and the
 metrics ``redistribute`` returns are reported as ``redistribute/*``.
 
 Registered: ``rudder`` (:mod:`jaxcredit.redistribute.rudder`, an LSTM return decomposition with
