@@ -32,7 +32,7 @@ import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
-from jaxcredit.agents import TrainConfig
+from jaxcredit.agents import EstimatorConfig, EvalConfig, TrainConfig
 
 HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/p_optimal_first_action"
@@ -75,17 +75,17 @@ def case(task: str, label: str, updates: int) -> X.Case:
     env, env_options, num_envs, num_steps = TASKS[task]
     hp = dict(HPARAMS)
     if label in CHUNKED:
-        fields = dict(estimator="chunked", estimator_options=CHUNKED[label])
+        estimator = EstimatorConfig("chunked", options=CHUNKED[label])
     elif label.startswith("GAE λ="):
-        fields = dict(estimator="gae")
+        estimator = EstimatorConfig("gae")
         hp["lambda_"] = float(label.removeprefix("GAE λ="))
     else:
         raise ValueError(f"unknown learner {label!r}; known: {', '.join(ALL_LEARNERS)}")
     config = TrainConfig(
-        algo="a2c", **fields, env=env, env_options=env_options, num_envs=num_envs,
+        algo="a2c", estimator=estimator, env=env, env_options=env_options, num_envs=num_envs,
         num_steps=num_steps, total_timesteps=num_envs * num_steps * updates,
-        hidden_sizes=(64, 64), anneal_lr=False, eval_every=max(1, updates // 20),
-        eval_episodes=8)
+        hidden_sizes=(64, 64), anneal_lr=False,
+        evaluation=EvalConfig(every=max(1, updates // 20), episodes=8))
     slug = label.replace(" ", "_").replace("λ=", "lambda")
     return X.Case(name=f"{task.replace(' ', '_')}/{slug}", config=config, settings=(hp,),
                   labels={"task": task, "learner": label})
