@@ -102,7 +102,8 @@ def init_fit_state(params: Any, example: Trajectory, schedule: FitSchedule) -> F
                      cursor=None if buffer is None else jnp.zeros((), jnp.int32))
 
 
-def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float, weight_decay=0.0):
+def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float, weight_decay=0.0,
+              eps_root: float = 0.0):
     """One Adam step after global grad-norm clipping: ``(params, opt_state, grad_norm)``.
 
         θ ← θ − lr · (adam(clip(g)) + weight_decay · θ)
@@ -111,11 +112,18 @@ def adam_step(params, opt_state, grads, lr, max_grad_norm, eps: float, weight_de
     from the gradient's moments, as ``optax.adamw``); ``max_grad_norm = inf`` is no clipping.
     Written out rather than as an optax chain because ``lr``, ``max_grad_norm`` and
     ``weight_decay`` are traced hyper-parameters (a vmapped sweep gives every member its own).
+    ``eps_root`` > 0 (optax's) keeps the step differentiable where a gradient entry is 0 (the
+    meta-gradient differentiates through it).
     """
     grad_norm = optax.global_norm(grads)
-    scale = jnp.minimum(1.0, max_grad_norm / jnp.maximum(grad_norm, 1e-12))
+    # No clipping at max_grad_norm = inf, written so that the step stays differentiable there
+    # (inf / norm would give 0 · inf = NaN in the derivative of the branch not taken).
+    unclipped = jnp.isinf(max_grad_norm)
+    bound = jnp.where(unclipped, 1.0, max_grad_norm)
+    scale = jnp.where(unclipped, 1.0, jnp.minimum(1.0, bound / jnp.maximum(grad_norm, 1e-12)))
     grads = jax.tree.map(lambda g: g * scale, grads)
-    direction, opt_state = optax.scale_by_adam(eps=eps).update(grads, opt_state)
+    direction, opt_state = optax.scale_by_adam(eps=eps, eps_root=eps_root).update(grads,
+                                                                                  opt_state)
     params = jax.tree.map(lambda p, d: p - lr * (d + weight_decay * p), params, direction)
     return params, opt_state, grad_norm
 

@@ -26,6 +26,8 @@ FLAGS_BEFORE_RECORDS = (
     "buffer_size", "batch_size", "learning_starts", "gradient_steps", "target_update_every",
     "n_step", "dueling", "huber", "eval_every", "eval_episodes", "eval_max_steps",
 )
+# Fields added since, listed after those (HELP_ORDER does not rank them).
+FLAGS_ADDED = ("meta_gradient",)
 
 # A resolved config's ``config.json`` entry as the flat TrainConfig wrote it (written by the
 # revision before the records, every record's fields away from their defaults somewhere).
@@ -60,7 +62,7 @@ def every_record_set() -> TrainConfig:
                                        fit_minibatches=2, fit_windows=2, anneal_lr=True,
                                        fit_until_loss=0.15),
         num_envs=4, num_steps=8, total_timesteps=4 * 8 * 4, hidden_sizes=(8, 4),
-        burn_in_updates=1, model_warmup_updates=2,
+        burn_in_updates=1, model_warmup_updates=2, meta_gradient=("lambda", "gamma"),
         off_policy=OffPolicyConfig(buffer_size=64, batch_size=16, learning_starts=8,
                                    gradient_steps=2, target_update_every=3, n_step=2,
                                    dueling=True, huber=True),
@@ -68,7 +70,7 @@ def every_record_set() -> TrainConfig:
 
 
 def test_the_flat_names_are_the_flags_they_were():
-    assert sorted(f.name for f in flat_fields()) == sorted(FLAGS_BEFORE_RECORDS)
+    assert sorted(f.name for f in flat_fields()) == sorted(FLAGS_BEFORE_RECORDS + FLAGS_ADDED)
     assert OPTION_FIELDS == ("estimator_options", "relabel_options", "redistribute_options",
                              "env_options")
     paths = {f.name: f.path for f in flat_fields()}
@@ -79,7 +81,7 @@ def test_the_flat_names_are_the_flags_they_were():
     # --help lists them as it did; a new field would follow them.
     assert HELP_ORDER == FLAGS_BEFORE_RECORDS
     config_flags = [name for name in TrainArgs.__dataclass_fields__ if name in paths]
-    assert config_flags == list(FLAGS_BEFORE_RECORDS)
+    assert config_flags == list(FLAGS_BEFORE_RECORDS + FLAGS_ADDED)
 
 
 def test_each_flag_keeps_the_help_of_its_stage():
@@ -120,8 +122,9 @@ def test_an_old_flat_config_dict_still_reads():
     assert config.evaluation == EvalConfig(every=2, max_steps=20)
     assert config.env_options == (("n", 3),) and config.hidden_sizes == (8,)
     assert config.resolved() == config
-    # It is the config the flat names give, and what it writes now reads back the same.
-    assert config.flat() == {**OLD_FLAT_DICT, **{
+    # It is the config the flat names give (fields added since at their defaults), and what
+    # it writes now reads back the same.
+    assert config.flat() == {**OLD_FLAT_DICT, "meta_gradient": (), **{
         name: tuple((k, tuple(v) if isinstance(v, list) else v)
                     for k, v in sorted(OLD_FLAT_DICT[name].items())) for name in OPTION_FIELDS},
         "hidden_sizes": (8,)}

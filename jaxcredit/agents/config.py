@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxcredit.agents.meta_gradient import META_PARAMETERS
 from jaxcredit.agents.stage_config import (EstimatorConfig, EvalConfig, FittedStageConfig,
                                            FlatField, OffPolicyConfig, Options, StageConfig,
                                            check_count, record_fields)
@@ -134,6 +135,9 @@ class TrainConfig:
     """updates after any burn-in in which the credit models fit but the agent does not step:
     its first steps then use fitted models, and its Adam moments never hold the outsized
     gradients of an unfitted one (experiments/key_to_door, "The agent's Adam remembers")"""
+    meta_gradient: tuple[str, ...] = ()
+    """hyper-parameters adapted online by meta-gradient (Xu et al. 2018): gamma, lambda (one-step
+    meta-gradient through the agent's Adam step; metrics meta/gamma, meta/lambda)"""
     off_policy: OffPolicyConfig = dataclasses.field(
         default_factory=OffPolicyConfig, metadata={FLAG_PREFIX: ""})
     """dqn: the replay buffer, gradient steps, target network and Q head"""
@@ -200,6 +204,13 @@ class TrainConfig:
                 check_count(name, value, 1)
         for name in _groups():
             getattr(self, name).validate(_prefix(name))
+        unknown = [n for n in self.meta_gradient if n not in META_PARAMETERS]
+        if unknown or len(set(self.meta_gradient)) != len(self.meta_gradient):
+            raise ValueError(f"meta_gradient takes {' and/or '.join(META_PARAMETERS)} once each, "
+                             f"got {' '.join(self.meta_gradient)}")
+        if self.meta_gradient and self.num_envs < 2:
+            raise ValueError("meta_gradient needs num_envs >= 2: half the window's environments "
+                             "take the inner step, the other half score it")
         for name in ("burn_in_updates", "model_warmup_updates"):
             check_count(name, getattr(self, name), 0)
         if self.estimator.pretrain_steps and not self.burn_in_updates:
@@ -251,6 +262,9 @@ class TrainConfig:
         if self.burn_in_updates or self.model_warmup_updates:
             raise ValueError(f"--algo {self.algo} waits with learning_starts; burn_in_updates "
                              "and model_warmup_updates are for the on-policy learners")
+        if self.meta_gradient:
+            raise ValueError(f"--algo {self.algo} has no meta-gradient (it adapts the on-policy "
+                             "learners' γ and λ)")
         if off.buffer_size < off.batch_size:
             raise ValueError(f"buffer_size={off.buffer_size} is smaller than one batch "
                              f"(batch_size={off.batch_size})")
@@ -395,6 +409,12 @@ class Hparams:
     """dqn: fraction of the run over which ε decays linearly"""
     tau: Any = 1.0
     """dqn: target-network update weight (1: copy; < 1: Polyak averaging)"""
+    meta_lr: Any = 1e-3
+    """Adam learning rate of the meta-gradient's γ and λ (with --meta-gradient)"""
+    meta_gamma_reference: Any = 0.995
+    """γ̄ of the meta-objective's return (Xu et al. 2018's Atari value)"""
+    meta_lambda_reference: Any = 1.0
+    """λ̄ of the meta-objective's return (Xu et al. 2018: 1)"""
 
     @classmethod
     def create(cls, **values) -> "Hparams":
@@ -413,13 +433,14 @@ class Hparams:
 FIELDS = tuple(f.name for f in dataclasses.fields(Hparams))
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hparams)}
 POSITIVE = ("lr", "max_grad_norm", "estimator_lr", "estimator_max_grad_norm", "redistributor_lr",
-            "redistributor_max_grad_norm")
+            "redistributor_max_grad_norm", "meta_lr")
 NON_NEGATIVE = ("ent_coef", "vf_coef", "clip_eps", "weight_decay", "estimator_weight_decay",
                 "redistributor_weight_decay")
 # Gradient-norm clips may be +inf: no clipping.
 MAY_BE_INFINITE = ("max_grad_norm", "estimator_max_grad_norm", "redistributor_max_grad_norm")
 UNIT_INTERVAL = {"gamma": "gamma", "lambda_": "lambda", "epsilon_start": "epsilon_start",
-                 "epsilon_end": "epsilon_end"}
+                 "epsilon_end": "epsilon_end", "meta_gamma_reference": "meta_gamma_reference",
+                 "meta_lambda_reference": "meta_lambda_reference"}
 UNIT_INTERVAL_POSITIVE = ("epsilon_fraction", "tau")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 from flax import struct
 
+from jaxcredit.agents.meta_gradient import MetaState
 from jaxcredit.agents.rollout import EnvRunner, EpisodeSummary
 from jaxcredit.fitting import FitState
 from jaxcredit.types import Trajectory
@@ -39,6 +40,8 @@ class TrainState:
       eval_key: typed PRNG key of the evaluations (``fold_in(eval_key, update)``), kept apart so
         that evaluating never changes the training run.
       update: int32 number of updates done so far (drives learning-rate annealing).
+      meta: the meta-gradient's offsets of γ and λ and their optimiser (empty without
+        ``meta_gradient``; ``jaxcredit.agents.meta_gradient``).
     """
 
     agent: AgentState
@@ -48,6 +51,7 @@ class TrainState:
     key: jax.Array
     eval_key: jax.Array
     update: jax.Array
+    meta: MetaState
 
 
 @struct.dataclass

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxcredit.agents import credit_error
+from jaxcredit.agents import meta_gradient as meta_lib
 from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
@@ -186,7 +187,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             redistributor=(init_fit_state(rd_params, example, config.redistribute.fit)
                            if redistributor is not None and redistributor.learned
                            else FitState(rd_params, {})).replace(memory=rd_memory),
-            runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32))
+            runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32),
+            meta=meta_lib.init_meta_state(config.meta_gradient))
         # Strong dtypes everywhere (gymnax states hold weakly typed Python scalars): a restored
         # checkpoint has strong dtypes, and the same types mean the same compiled program.
         return jax.tree.map(strong, state)
@@ -277,6 +279,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return traj, rd_state.replace(memory=memory), rd_metrics
 
     def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
+        traj, credit, state, metrics, _ = credit_step(state, traj, hparams, key)
+        return traj, credit, state, metrics
+
+    def credit_step(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
+        """:func:`assign_credit`, also returning the estimator parameters the credit used."""
         rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
         metrics = {}
         rd_state, est_state = state.redistributor, state.estimator
@@ -310,19 +317,37 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         if estimator.update is not None:
             est_state = est_state.replace(params=estimator.update(params, traj, hparams))
         state = state.replace(estimator=est_state, redistributor=rd_state)
-        return traj, credit, state, metrics
+        return traj, credit, state, metrics, params
 
     def minibatch_loss(agent_params, batch: Trajectory, credit: Credit, hparams: Hparams):
         logits, value = network.apply(agent_params, batch.obs)
         loss, metrics = objective.loss(PolicyOutputs(logits, value), batch, credit, hparams)
         return loss, {**metrics, "loss": loss}
 
+    def flat_batch(traj: Trajectory, credit: Credit):
+        """The window as one batch of what the objective reads: ``[T·N, ...]``."""
+        per_step = (traj.replace(next_obs=None, state=None, extras=None),
+                    Credit(advantage=credit.advantage, value_target=credit.value_target))
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), per_step)
+
+    def meta_step(state: TrainState, traj: Trajectory, est_params, hparams: Hparams,
+                  key: Array):
+        """The meta-gradient's step on γ and λ (``jaxcredit.agents.meta_gradient``)."""
+        lr = hparams.lr * lr_scale(state, config.anneal_lr)
+        meta, value = meta_lib.one_step(
+            state.meta, state.agent.params, *meta_lib.split_columns(traj, N), hparams,
+            assign=lambda window, hp: estimator.assign(est_params, window, hp, key),
+            loss=lambda params, window, credit, hp: minibatch_loss(
+                params, *flat_batch(window, credit), hp)[0],
+            step=lambda params, grads: adam_step(
+                params, state.agent.opt_state, grads, lr, hparams.max_grad_norm,
+                config.adam_eps, hparams.weight_decay, eps_root=meta_lib.EPS_ROOT)[0])
+        return meta, {"meta/loss": value}
+
     def optimise(state: TrainState, traj: Trajectory, credit: Credit, key: Array, hparams):
         lr = hparams.lr * lr_scale(state, config.anneal_lr)
         # Only what the objective reads is shuffled into minibatches.
-        per_step = (traj.replace(next_obs=None, state=None, extras=None),
-                    Credit(advantage=credit.advantage, value_target=credit.value_target))
-        flat = jax.tree.map(lambda x: x.reshape((T * N,) + x.shape[2:]), per_step)
+        flat = flat_batch(traj, credit)
 
         def epoch(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, T * N)
@@ -350,13 +375,25 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     def update_step(state: TrainState, hparams: Hparams) -> tuple[TrainState, Metrics]:
         key, act_key, credit_key, opt_key = jax.random.split(state.key, 4)
         window = collect(state, hparams, act_key)
-        traj, credit, state, credit_metrics = assign_credit(state, window.trajectory, hparams,
-                                                            credit_key)
-        agent, metrics = optimise(state, traj, credit, opt_key, hparams)
+        meta_hparams = hparams
+        if config.meta_gradient:  # γ and λ as the meta-gradient has adapted them so far
+            meta_hparams = meta_lib.adapted(hparams, state.meta.offsets)
+        traj, credit, state, credit_metrics, est_params = credit_step(
+            state, window.trajectory, meta_hparams, credit_key)
+        agent, metrics = optimise(state, traj, credit, opt_key, meta_hparams)
+        meta = state.meta
+        if config.meta_gradient:
+            meta, meta_metrics = meta_step(state, traj, est_params, hparams,
+                                           jax.random.fold_in(credit_key, 1))
+            metrics.update(meta_metrics, **{
+                f"meta/{name}": getattr(meta_hparams, field)
+                for name, field in meta_lib.META_PARAMETERS.items()
+                if name in config.meta_gradient})
         frozen = burn_in + config.model_warmup_updates
         if frozen:  # burn-in updates only act; warm-up updates also fit the models
-            agent = jax.tree.map(lambda new, old: jnp.where(state.update >= frozen, new, old),
-                                 agent, state.agent)
+            agent, meta = jax.tree.map(
+                lambda new, old: jnp.where(state.update >= frozen, new, old), (agent, meta),
+                (state.agent, state.meta))
         count = window.episodes.count
         metrics.update({
             "episode_return": jnp.where(count > 0, window.episodes.return_sum / count, jnp.nan),
@@ -375,7 +412,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             metrics.update({f"credit/{k}": v for k, v in step_label_scores(
                 traj, credit.advantage, episodic).items()})
         state = state.replace(agent=agent, runner=window.runner, key=key,
-                              update=state.update + 1)
+                              update=state.update + 1, meta=meta)
         return state, metrics
 
     def credit_error_metrics(state: TrainState, traj: Trajectory, hparams: Hparams, exact,

@@ -64,7 +64,10 @@ def policy_loss(
     Args:
       logits: ``[B, A]`` logits of π_θ.
       action: ``[B]`` actions taken.
-      advantage: ``[B]`` or ``[B, A]``; treated as a constant.
+      advantage: ``[B]`` or ``[B, A]``, a coefficient of the score function. The engine passes
+        it under ``stop_gradient`` (``Engine.assign_credit``); it is not stopped here, so that
+        the meta-gradient can differentiate the agent's update through the credit's γ and λ
+        (``jaxcredit.agents.meta_gradient``). Pass a constant when calling this directly.
       behaviour_log_prob: ``[B]`` log μ(a_b | s_b) of the behaviour policy.
       behaviour_logits: ``[B, A]`` logits of μ (used by the all-action clipped form).
       clip_eps: ε of the ratio clip.
@@ -73,7 +76,6 @@ def policy_loss(
     Returns:
       ``(loss, {"approx_kl", "clip_frac"})``, metrics measured on the action taken.
     """
-    advantage = jax.lax.stop_gradient(advantage)
     log_pi = jax.nn.log_softmax(logits)
     log_pi_a = jnp.take_along_axis(log_pi, action[:, None], axis=-1)[:, 0]
     log_ratio_a = log_pi_a - behaviour_log_prob
@@ -109,9 +111,9 @@ def value_loss(
     """½ (V_θ(s) − target)², or PPO's pessimistic clipped form.
 
     Clipped: ½ max((V_θ − G)², (V_old + clip(V_θ − V_old, −ε, ε) − G)²), as in OpenAI baselines
-    and PureJaxRL; it keeps the critic within ε of its behaviour-time value per update.
+    and PureJaxRL; it keeps the critic within ε of its behaviour-time value per update. The
+    target is not stopped here, for the same reason as the advantage in :func:`policy_loss`.
     """
-    target = jax.lax.stop_gradient(target)
     unclipped = jnp.square(value - target)
     if not clip:
         return 0.5 * unclipped.mean()
