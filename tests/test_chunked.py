@@ -203,3 +203,20 @@ def test_chunked_refuses_an_environment_without_a_state_table():
         make_estimator("chunked", form="other",
                        context={"env": envs.make("Shortcut")[0],
                                 "env_params": envs.make("Shortcut")[1]})
+
+
+def test_the_engine_scores_the_counted_model_against_the_exact_one():
+    """At evaluation points the counted model's credit is compared with the exact model's on
+    a held-out window (no KL: a transition model has no hindsight read-out)."""
+    from jaxcredit.agents import Hparams, TrainConfig, make_engine
+
+    config = TrainConfig.from_flat(
+        algo="a2c", estimator="chunked", estimator_options=(("form", "expected"),),
+        env="Shortcut", num_envs=8, num_steps=8, total_timesteps=8 * 8 * 4, hidden_sizes=(8,),
+        eval_every=2, eval_episodes=2).resolved()
+    engine = make_engine(config)
+    _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=0.99))
+    assert "estimator/kl_to_exact" not in metrics
+    rmse = np.asarray(metrics["credit/rmse_to_exact"])
+    assert np.isnan(rmse[0]) and np.isfinite(rmse[[1, 3]]).all()  # evaluation points only
+    assert np.isfinite(np.asarray(metrics["credit/grad_cos_fitted"])[[1, 3]]).all()

@@ -102,7 +102,9 @@ def check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
 
 
 def exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optional[Estimator]:
-    """The exact-model twin of a learned estimator, for ``estimator/kl_to_exact`` (else None).
+    """The exact-model twin of an estimator with a model, fitted by gradient steps or revised
+    by a rule (Chunked-TD's counts), for the credit-error metrics and, where the model has a
+    hindsight read-out, ``estimator/kl_to_exact`` (else None).
 
     Also rejects an oracle estimator where no exact model can be computed.
     """
@@ -116,7 +118,8 @@ def exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optio
         if missing:
             raise ValueError(missing)
         return None
-    if (not config.evaluation.every or not estimator.learned or estimator.oracle is None
-            or estimator.hindsight is None or ground_truth is None or missing):
+    has_model = estimator.learned or estimator.update is not None
+    if (not config.evaluation.every or not has_model or estimator.oracle is None
+            or ground_truth is None or missing):
         return None
     return estimator.oracle()

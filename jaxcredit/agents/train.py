@@ -482,10 +482,12 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                 reference.mdp(), behaviour, hparams.gamma, traj.state, traj.action,
                 new.reward).items()})
         if twin is not None:
-            log_h, weight = estimator.hindsight(state.estimator.params, traj, hparams, pair_key)
             exact = exact_params(behaviour, hparams, estimator.exact_model)
-            log_exact, _ = twin.hindsight(exact, traj, hparams, pair_key)
-            metrics["estimator/kl_to_exact"] = gt_lib.kl_divergence(log_exact, log_h, weight)
+            if estimator.hindsight is not None:
+                log_h, weight = estimator.hindsight(state.estimator.params, traj, hparams,
+                                                    pair_key)
+                log_exact, _ = twin.hindsight(exact, traj, hparams, pair_key)
+                metrics["estimator/kl_to_exact"] = gt_lib.kl_divergence(log_exact, log_h, weight)
             metrics.update({f"credit/{k}": v for k, v in credit_error_metrics(
                 state, traj, hparams, exact, behaviour, credit_key).items()})
         return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
