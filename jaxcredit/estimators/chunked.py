@@ -129,8 +129,8 @@ def chunked(form: str = "sampled", model: str = "counts", env: Any = None,
     if env is None or not has_ground_truth(env):
         raise ValueError("chunked needs an environment with a tabular state index and MDP "
                          "(its transition model is a table over the states)")
-    mdp = env.tabular_mdp(env_params)
-    S, A = mdp.num_states, mdp.num_actions
+    # The table's size only: building the MDP here would be work the engine does again.
+    S, A = int(env.num_states), int(env.action_space(env_params).n)
 
     def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
         del key
