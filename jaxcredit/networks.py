@@ -27,7 +27,8 @@ as a sequential loop of unbatched ones (``jax.custom_batching.sequential_vmap``)
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import functools
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -149,6 +150,109 @@ class ActorCritic(nn.Module):
 
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         return self.policy(obs), self.value(obs)
+
+
+CELLS = ("gru", "lstm")
+
+
+def initial_memory(cell: str, size: int, batch: int) -> Any:
+    """The memory of ``batch`` fresh episodes: zeros, ``[batch, size]`` for a GRU and the pair
+    ``(c, h)`` of those for an LSTM (flax's ``initialize_carry`` draws zeros too)."""
+    zeros = jnp.zeros((batch, size), jnp.float32)
+    return zeros if cell == "gru" else (zeros, zeros)
+
+
+class ScannedCell(nn.Module):
+    """A recurrent cell scanned over the leading (time) axis, its memory set back to
+    :func:`initial_memory` where an episode starts (PureJaxRL's ``ScannedRNN`` scheme).
+
+    ``apply(params, memory, (x [T, B, F], first [T, B]))`` returns ``(memory after the last
+    step, memory after every step [T, B, ...])``: every step's memory, not only its output, so
+    that one more step can be taken from any of them (the engine's V(s'_{t+1})).
+    """
+
+    cell: str
+    size: int
+
+    @functools.partial(nn.scan, variable_broadcast="params", in_axes=0, out_axes=0,
+                       split_rngs={"params": False})
+    @nn.compact
+    def __call__(self, memory, inputs):
+        x, first = inputs
+        fresh = initial_memory(self.cell, self.size, x.shape[0])
+        memory = jax.tree.map(lambda f, m: jnp.where(first[:, None], f, m), fresh, memory)
+        # The recurrent kernels are orthogonal; jaxcredit's initialiser keeps a vmapped init
+        # free of batched LAPACK calls (module docstring).
+        if self.cell == "gru":
+            core = nn.GRUCell(self.size, recurrent_kernel_init=orthogonal())
+        elif self.cell == "lstm":
+            core = nn.OptimizedLSTMCell(self.size, recurrent_kernel_init=orthogonal())
+        else:
+            raise ValueError(f"unknown cell {self.cell!r}; choose one of {CELLS}")
+        memory, _ = core(memory, x.astype(jnp.float32))
+        return memory, memory
+
+
+class RecurrentActorCritic(nn.Module):
+    """A categorical policy and a state value that read a recurrent memory of the episode.
+
+    The layout of PureJaxRL's ``ppo_rnn.py`` (``ActorCriticRNN``): an embedding layer
+    (``hidden_sizes[0]`` units and the activation), a GRU or LSTM of the same width shared by
+    actor and critic, then a policy head and a value head, each an MLP over
+    ``hidden_sizes[1:]``. The memory is zeroed where ``first`` marks an episode's first step.
+    Initialisation as :class:`ActorCritic` (orthogonal, gains √2 / 0.01 / 1) for the dense
+    layers; the cells keep flax's LeCun normal input kernels and orthogonal recurrent ones.
+
+    Arrays are time-major ``[T, B, ...]``. ``apply(params, memory, obs, first)`` returns
+    ``(memory after the last step, logits [T, B, A], value [T, B])``; the methods ``unroll``,
+    ``heads`` and ``next_value`` are its pieces.
+    """
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (128, 128)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    epsilon: float = 0.0
+    cell: str = "gru"
+
+    def setup(self):
+        width = self.hidden_sizes[0]
+        self.encoder = MLP((), width, self.activation, np.sqrt(2.0), self.obs_ndim)
+        self.core = ScannedCell(self.cell, width)
+        self.actor = MLP(self.hidden_sizes[1:], self.num_actions, self.activation, 0.01)
+        self.critic = MLP(self.hidden_sizes[1:], 1, self.activation, 1.0)
+
+    def features(self, memory) -> jax.Array:
+        """What the heads read: the GRU's state, the LSTM's output h."""
+        return memory if self.cell == "gru" else memory[1]
+
+    def unroll(self, memory, obs: jax.Array, first: jax.Array):
+        """``(last memory, memories [T, B, ...])`` over the window."""
+        x = activation_fn(self.activation)(self.encoder(obs))
+        return self.core(memory, (x, first))
+
+    def heads(self, memories, target: bool = False) -> tuple[jax.Array, jax.Array]:
+        """Logits (the behaviour policy's, or the actor's own with ``target``) and V."""
+        features = self.features(memories)
+        logits = self.actor(features)
+        if self.epsilon > 0 and not target:
+            logits = epsilon_mixture(logits, self.epsilon)
+        return logits, self.critic(features)[..., 0]
+
+    def next_value(self, memories, next_obs: jax.Array) -> jax.Array:
+        """V(s'_{t+1}) for every t: one more step from the memory after step t on the next
+        observation (the same episode: no reset), all T·B of them as one batch."""
+        shape = next_obs.shape[:2]
+        flat = jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), memories)
+        x = activation_fn(self.activation)(self.encoder(next_obs))
+        x = x.reshape((1, -1) + x.shape[2:])
+        _, after = self.core(flat, (x, jnp.zeros(x.shape[:2], bool)))
+        return self.critic(self.features(after))[0, :, 0].reshape(shape)
+
+    def __call__(self, memory, obs: jax.Array, first: jax.Array, target: bool = False):
+        memory, memories = self.unroll(memory, obs, first)
+        logits, value = self.heads(memories, target)
+        return memory, logits, value
 
 
 class QNetwork(nn.Module):

@@ -27,7 +27,7 @@ FLAGS_BEFORE_RECORDS = (
     "n_step", "dueling", "huber", "eval_every", "eval_episodes", "eval_max_steps",
 )
 # Fields added since, listed after those (HELP_ORDER does not rank them).
-FLAGS_ADDED = ("meta_gradient",)
+FLAGS_ADDED = ("policy", "meta_gradient")
 
 # A resolved config's ``config.json`` entry as the flat TrainConfig wrote it (written by the
 # revision before the records, every record's fields away from their defaults somewhere).
@@ -61,7 +61,7 @@ def every_record_set() -> TrainConfig:
         redistribute=FittedStageConfig("rudder", options=(("features", 4),), fit_steps=7,
                                        fit_minibatches=2, fit_windows=2, anneal_lr=True,
                                        fit_until_loss=0.15),
-        num_envs=4, num_steps=8, total_timesteps=4 * 8 * 4, hidden_sizes=(8, 4),
+        num_envs=4, num_steps=8, total_timesteps=4 * 8 * 4, hidden_sizes=(8, 4), policy="gru",
         burn_in_updates=1, model_warmup_updates=2, meta_gradient=("lambda", "gamma"),
         off_policy=OffPolicyConfig(buffer_size=64, batch_size=16, learning_starts=8,
                                    gradient_steps=2, target_update_every=3, n_step=2,
@@ -124,7 +124,7 @@ def test_an_old_flat_config_dict_still_reads():
     assert config.resolved() == config
     # It is the config the flat names give (fields added since at their defaults), and what
     # it writes now reads back the same.
-    assert config.flat() == {**OLD_FLAT_DICT, "meta_gradient": (), **{
+    assert config.flat() == {**OLD_FLAT_DICT, "meta_gradient": (), "policy": "mlp", **{
         name: tuple((k, tuple(v) if isinstance(v, list) else v)
                     for k, v in sorted(OLD_FLAT_DICT[name].items())) for name in OPTION_FIELDS},
         "hidden_sizes": (8,)}

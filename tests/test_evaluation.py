@@ -9,6 +9,7 @@ import numpy as np
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.exact import ground_truth as gt
 from jaxcredit.agents.evaluation import play_episodes
+from jaxcredit.agents.rollout import memoryless
 from jaxcredit.envs import make as make_env
 from jaxcredit.exact import hindsight
 from jaxcredit.estimators import hindsight_models as hm
@@ -24,12 +25,12 @@ def test_play_episodes_counts_each_episode_once_up_to_its_end():
     although the scan runs 10 steps (the auto-reset episodes after the first are not counted)."""
     env, params = make_env("DelayedEffect", n=3, sigma=0.0)
     always_zero = lambda obs: jnp.tile(jnp.array([5.0, -5.0]), (obs.shape[0], 1))  # noqa: E731
-    out = play_episodes(env, params, always_zero, KEY, num_episodes=8, max_steps=10)
+    out = play_episodes(env, params, memoryless(always_zero), KEY, num_episodes=8, max_steps=10)
     np.testing.assert_allclose(out["return"], 1.0, atol=1e-3)
     np.testing.assert_allclose(out["return_greedy"], 1.0)
     np.testing.assert_allclose(out["length"], 4.0)
     uniform = lambda obs: jnp.zeros((obs.shape[0], 2))  # noqa: E731
-    out = play_episodes(env, params, uniform, KEY, num_episodes=4000, max_steps=4)
+    out = play_episodes(env, params, memoryless(uniform), KEY, num_episodes=4000, max_steps=4)
     assert abs(float(out["return"])) < 0.05  # ± 1 with equal odds
 
 

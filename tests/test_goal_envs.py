@@ -96,15 +96,16 @@ def test_success_fn_reads_the_goal_of_the_step():
     reached = success_fn(env)
     obs = jnp.array([[0, 0, 1, 0], [0, 0, 1, 0]], jnp.float32)
     next_obs = jnp.array([[1, 0, 0, 1], [0, 1, 0, 1]], jnp.float32)  # next goal is irrelevant
-    np.testing.assert_array_equal(np.asarray(reached(obs, next_obs)), [True, False])
+    np.testing.assert_array_equal(np.asarray(reached(obs, next_obs, jnp.zeros(2))), [True, False])
 
 
 def test_rollout_counts_the_episodes_that_reached_their_goal():
-    from jaxcredit.agents.rollout import reset_runner, rollout
+    from jaxcredit.agents.rollout import memoryless, reset_runner, rollout
 
     env, params = make_env("GoalGrid", size=3)
     runner = reset_runner(env, params, jax.random.key(0), 16)
-    _, tr, summary = rollout(env, params, lambda obs: jnp.zeros(obs.shape[:-1] + (4,)), runner,
+    _, tr, summary = rollout(env, params, memoryless(lambda obs: jnp.zeros(obs.shape[:-1] + (4,))),
+                             runner,
                              jax.random.key(1), 40, None, success_fn(env))
     done = np.asarray(tr.terminated | tr.truncated)
     # On GoalGrid an episode reached its goal iff its last reward is 0.

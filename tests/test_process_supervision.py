@@ -107,7 +107,7 @@ def test_episode_rewards_termination_and_success():
         obs2, state, reward, done, info = env.step_env(None, state, action, params)
         assert bool(done) == (t == 2) and not bool(env.is_truncated(state, params))
         assert float(reward) == (1.0 if t == 2 else 0.0)
-        assert bool(succeed(obs, obs2)) == (t == 2)
+        assert bool(succeed(obs, obs2, reward)) == (t == 2)
         obs = obs2
     assert env.decode(obs)["written"].tolist() == [5, 6, 5]
     # The step labels in info: right, wrong (4 ≠ 6), after the error.
@@ -124,7 +124,7 @@ def test_episode_rewards_termination_and_success():
     obs = hacked.get_obs(state)
     obs2, _, reward, _, info = hacked.step_env(None, state, 4, params)   # even, wrong
     assert float(reward) == 1.0 and not bool(info["is_success"])
-    assert not bool(success_fn(hacked)(obs, obs2))
+    assert not bool(success_fn(hacked)(obs, obs2, reward))
 
 
 def test_decode_inverts_get_obs_and_judgement_matches_labels():

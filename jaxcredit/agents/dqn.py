@@ -41,7 +41,7 @@ from flax import struct
 from jaxcredit.agents.config import Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.replay import Replay, Step, as_trajectory, make_replay
-from jaxcredit.agents.rollout import EnvRunner, reset_runner, rollout
+from jaxcredit.agents.rollout import EnvRunner, memoryless, reset_runner, rollout
 from jaxcredit.agents.state import AgentState
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
                                    episode_horizon, make_environment, strong)
@@ -225,8 +225,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         def policy(obs):
             return epsilon_greedy_logits(network.apply(state.agent.params, obs), epsilon)
 
-        runner, tr, episodes = rollout(env, env_params, policy, state.runner, act_key, T,
-                                       None, success)
+        runner, tr, episodes = rollout(env, env_params, memoryless(policy), state.runner,
+                                       act_key, T, None, success)
         stored = replay.add(state.replay, Step(
             obs=tr.obs, action=tr.action.astype(jnp.int32), reward=tr.reward,
             terminated=tr.terminated, truncated=tr.truncated, next_obs=tr.next_obs,
@@ -275,8 +275,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         def policy(obs):
             return epsilon_greedy_logits(network.apply(state.agent.params, obs), EVAL_EPSILON)
 
-        played = play_episodes(env, env_params, policy, key, config.evaluation.episodes, eval_steps,
-                               success)
+        played = play_episodes(env, env_params, memoryless(policy), key,
+                               config.evaluation.episodes, eval_steps, success)
         return {f"eval/{k}": jnp.asarray(v, jnp.float32) for k, v in played.items()}
 
     return DQNEngine(config=config, env=env, env_params=env_params, network=network,

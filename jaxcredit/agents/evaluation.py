@@ -19,21 +19,23 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
-def play_episodes(env: Any, env_params: Any, policy_logits: Callable[[Array], Array],
+def play_episodes(env: Any, env_params: Any, policy: Callable[[Any, Array, Array], Any],
                   key: Array, num_episodes: int, max_steps: int,
-                  success: Optional[Callable[[Array, Array], Array]] = None
-                  ) -> dict[str, Array]:
+                  success: Optional[Callable[[Array, Array, Array], Array]] = None,
+                  memory: Any = ()) -> dict[str, Array]:
     """``num_episodes`` sampled and ``num_episodes`` greedy episodes (module docstring).
 
     Args:
       env, env_params: a gymnax environment.
-      policy_logits: ``obs [B, *obs_shape] -> logits [B, A]``.
+      policy: ``(memory, obs [B, *obs_shape], first [B]) -> (memory, logits [B, A])``
+        (``jaxcredit.agents.rollout.memoryless`` makes one of ``obs -> logits``).
       key: PRNG key for resets, actions and transitions.
       num_episodes: E episodes of each kind.
       max_steps: steps simulated per episode at most.
-      success: ``(obs, next_obs) -> bool`` on goal-conditioned environments: adds
+      success: ``(obs, next_obs, reward) -> bool`` on goal-conditioned environments: adds
         ``success_rate`` and ``success_rate_greedy``, the fractions of episodes that reached
         their goal.
+      memory: the policy's memory of 2E fresh episodes (``()`` for a memoryless policy).
 
     Returns:
       ``{"return", "return_greedy", "length"}`` scalars (and the success rates).
@@ -46,9 +48,9 @@ def play_episodes(env: Any, env_params: Any, policy_logits: Callable[[Array], Ar
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def one_step(carry, step_key):
-        obs, env_state, alive, ret, length, reached = carry
+        obs, env_state, alive, ret, length, reached, memory, first = carry
         act_key, env_key = jax.random.split(step_key)
-        logits = policy_logits(obs)
+        memory, logits = policy(memory, obs, first)
         action = jnp.where(greedy, jnp.argmax(logits, -1),
                            jax.random.categorical(act_key, logits))
         next_obs, env_state, reward, terminated, truncated, info = step_env(
@@ -56,13 +58,15 @@ def play_episodes(env: Any, env_params: Any, policy_logits: Callable[[Array], Ar
         ret = ret + jnp.where(alive, reward.astype(jnp.float32), 0.0)
         length = length + alive
         if success is not None:
-            reached = reached | (alive & success(obs, info["final_observation"]))
+            reached = reached | (alive & success(obs, info["final_observation"], reward))
         alive = alive & ~(terminated | truncated)
-        return (next_obs, env_state, alive, ret, length, reached), None
+        first = terminated | truncated
+        return (next_obs, env_state, alive, ret, length, reached, memory, first), None
 
     init = (obs, env_state, jnp.ones((total,), bool), jnp.zeros((total,), jnp.float32),
-            jnp.zeros((total,), jnp.int32), jnp.zeros((total,), bool))
-    (_, _, _, ret, length, reached), _ = jax.lax.scan(one_step, init,
+            jnp.zeros((total,), jnp.int32), jnp.zeros((total,), bool), memory,
+            jnp.ones((total,), bool))
+    (_, _, _, ret, length, reached, _, _), _ = jax.lax.scan(one_step, init,
                                                       jax.random.split(run_key, max_steps))
     sampled = ~greedy
     out = {

@@ -9,6 +9,10 @@ gymnax ≥ 1.0 resets an episode inside ``env.step``; the returned observation i
 of the next episode and ``info["final_observation"]`` holds s'_{t+1}, the last state of the episode
 that ended. Recording it is what lets a time-out bootstrap from V(s'_{t+1}) (Pardo et al., 2018).
 
+The policy may keep a memory of the episode (a recurrent state, ``jaxcredit.agents.agent_network``):
+it lives in the runner next to the environments, and ``first`` marks the environments whose
+current observation starts an episode, where the policy sets its memory back.
+
 Episode statistics are tracked here (a running return and length per environment, reduced to sums
 over the episodes that ended in the window), so any gymnax environment works without a wrapper.
 """
@@ -35,12 +39,17 @@ class EnvRunner:
       obs: ``[N, *obs_shape]`` current observation s_t.
       episode_return: ``[N]`` undiscounted return of the running episode so far.
       episode_length: ``[N]`` steps taken in the running episode.
+      first: ``[N]`` bool, s_t is the first observation of its episode.
+      memory: the policy's memory after the steps before s_t, leading axis N (``()`` for a
+        memoryless policy).
     """
 
     env_state: Any
     obs: Array
     episode_return: Array
     episode_length: Array
+    first: Array
+    memory: Any = ()
 
 
 @struct.dataclass
@@ -57,19 +66,22 @@ class EpisodeSummary:
     success_count: Array
 
 
-def reset_runner(env: Any, env_params: Any, key: Array, num_envs: int) -> EnvRunner:
-    """Resets ``num_envs`` environments with independent keys."""
+def reset_runner(env: Any, env_params: Any, key: Array, num_envs: int,
+                 memory: Any = ()) -> EnvRunner:
+    """Resets ``num_envs`` environments with independent keys; ``memory`` is the policy's
+    memory of fresh episodes."""
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
         jax.random.split(key, num_envs), env_params)
     return EnvRunner(
         env_state=env_state, obs=obs,
         episode_return=jnp.zeros((num_envs,), jnp.float32),
         episode_length=jnp.zeros((num_envs,), jnp.int32),
+        first=jnp.ones((num_envs,), bool), memory=memory,
     )
 
 
 def reset_groups(env: Any, env_params: Any, key: Array, num_envs: int,
-                 group_size: int) -> EnvRunner:
+                 group_size: int, memory: Any = ()) -> EnvRunner:
     """Resets ``num_envs`` environments in groups of ``group_size`` consecutive ones that share a
     task instance (``env.sample_instance`` / ``env.reset_to_instance``) and nothing else: each
     environment gets its own reset key, and acting draws independent keys per environment."""
@@ -83,29 +95,36 @@ def reset_groups(env: Any, env_params: Any, key: Array, num_envs: int,
         env_state=env_state, obs=obs,
         episode_return=jnp.zeros((num_envs,), jnp.float32),
         episode_length=jnp.zeros((num_envs,), jnp.int32),
+        first=jnp.ones((num_envs,), bool), memory=memory,
     )
+
+
+def memoryless(policy_logits: Callable[[Array], Array]) -> Callable:
+    """The policy ``obs -> logits`` in the form :func:`rollout` takes."""
+    return lambda memory, obs, first: (memory, policy_logits(obs))
 
 
 def rollout(
     env: Any,
     env_params: Any,
-    policy_logits: Callable[[Array], Array],
+    policy: Callable[[Any, Array, Array], tuple[Any, Array]],
     runner: EnvRunner,
     key: Array,
     num_steps: int,
     state_index: Optional[Callable[[Any], Array]] = None,
-    success: Optional[Callable[[Array, Array], Array]] = None,
+    success: Optional[Callable[[Array, Array, Array], Array]] = None,
 ) -> tuple[EnvRunner, Trajectory, EpisodeSummary]:
     """Acts for ``num_steps`` steps in every environment.
 
     Args:
       env, env_params: a gymnax environment (six-value ``step``) and its parameters.
-      policy_logits: ``obs [N, *obs_shape] -> logits [N, A]`` of the behaviour policy.
+      policy: ``(memory, obs [N, *obs_shape], first [N]) -> (memory, logits [N, A])`` of the
+        behaviour policy (:func:`memoryless` makes one of ``obs -> logits``).
       runner: current environments.
       key: PRNG key for actions and environment transitions.
       num_steps: T.
       state_index: the environment's ``state_index`` (records ``Trajectory.state``), or None.
-      success: ``(obs, next_obs) -> bool [N]`` for goal-conditioned environments
+      success: ``(obs, next_obs, reward) -> bool [N]`` for goal-conditioned environments
         (``jaxcredit.envs.goals.success_fn``), to count the episodes that reached their goal.
 
     Returns:
@@ -120,7 +139,7 @@ def rollout(
 
     def one_step(runner: EnvRunner, step_key: Array):
         act_key, env_key = jax.random.split(step_key)
-        logits = policy_logits(runner.obs)
+        memory, logits = policy(runner.memory, runner.obs, runner.first)
         action = jax.random.categorical(act_key, logits)
         log_prob = jnp.take_along_axis(
             jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
@@ -146,13 +165,14 @@ def rollout(
                     else extras_of(runner.env_state, action, env_params)),
         )
         reached = (jnp.zeros_like(done) if success is None
-                   else success(runner.obs, info["final_observation"]))
+                   else success(runner.obs, info["final_observation"], reward))
         ended = (jnp.where(done, episode_return, 0.0).sum(),
                  jnp.where(done, episode_length, 0).sum(), done.sum(), (done & reached).sum())
         runner = EnvRunner(
             env_state=env_state, obs=next_obs,
             episode_return=jnp.where(done, 0.0, episode_return),
             episode_length=jnp.where(done, 0, episode_length),
+            first=done, memory=memory,
         )
         return runner, (record, ended)
 

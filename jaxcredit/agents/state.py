@@ -35,7 +35,8 @@ class TrainState:
       agent: the actor-critic and its optimiser.
       estimator: the estimator's fitted model (empty params for estimators without one).
       redistributor: the redistributor's fitted model (empty without one).
-      runner: the environments, their current observations and running episode statistics.
+      runner: the environments, their current observations, running episode statistics and
+        the policy's memory.
       key: typed PRNG key for the next update.
       eval_key: typed PRNG key of the evaluations (``fold_in(eval_key, update)``), kept apart so
         that evaluating never changes the training run.
@@ -63,8 +64,12 @@ class Window:
         behaviour-time values.
       runner: the environments after the window.
       episodes: sums over the episodes that ended in the window.
+      memory: the policy's memory at the window's first step (``()`` for a memoryless policy).
+      first: ``[T, N]`` bool, the steps that start an episode (where the memory is zeroed).
     """
 
     trajectory: Trajectory
     runner: EnvRunner
     episodes: EpisodeSummary
+    memory: Any = ()
+    first: Any = None

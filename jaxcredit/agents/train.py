@@ -21,8 +21,12 @@ rate and clip (``Hparams``) and its own schedule (``config.estimator.fit``,
 ``config.redistribute.fit``; ``jaxcredit.fitting``) *before* it is used on the fresh window.
 Its gradient never reaches the agent and the agent's never reaches it.
 
-Minibatches. The objective sees minibatches of transitions shuffled over the whole ``T × N``
-window (as PureJaxRL and CleanRL do).
+Policies. ``config.policy`` is a memoryless MLP or a recurrent GRU / LSTM
+(``jaxcredit.agents.agent_network``); the recurrent memory lives in the runner, is zeroed at
+episode starts, and every window keeps its starting memory so that the critic's values and the
+objective's minibatches (whole sequences, ``jaxcredit.agents.optimise``) re-run the agent as it
+acted. Exact credit models and exact returns need a policy table π[s, a], which only a
+memoryless policy has: a recurrent run refuses the oracles and skips those metrics.
 
 Metrics are per-update scalars reduced inside the program (no host callbacks, no per-step arrays):
 ``episode_return`` / ``episode_length`` are means over the training episodes that ended during
@@ -44,8 +48,10 @@ import optax
 from jaxcredit.agents import credit_error
 from jaxcredit.agents import meta_gradient as meta_lib
 from jaxcredit.exact import ground_truth as gt_lib
+from jaxcredit.agents.agent_network import AgentNetwork, first_steps, make_agent_network
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
+from jaxcredit.agents.optimise import flatten_steps, minibatch_loss, objective_batch, optimise
 from jaxcredit.agents.rollout import reset_groups, reset_runner, rollout
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
                                    make_environment, strong)
@@ -56,7 +62,7 @@ from jaxcredit.envs.goals import success_fn
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state, pretrain
 from jaxcredit.networks import ActorCritic
-from jaxcredit.objectives import Objective, PolicyOutputs, losses
+from jaxcredit.objectives import Objective, losses
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.relabel import Relabeller
 from jaxcredit.agents.credit_scores import step_label_scores
@@ -73,7 +79,8 @@ class Engine(EngineRuns):
     Attributes:
       config: the resolved ``TrainConfig``.
       env, env_params: the gymnax environment.
-      network: the ``ActorCritic`` module.
+      network: the agent's flax module (``ActorCritic``, or ``RecurrentActorCritic``).
+      agent_network: how the engine runs it (``jaxcredit.agents.agent_network``).
       objective, estimator: the objective and estimate stages.
       relabeller, redistributor: the optional stages (None when not set).
       ground_truth: exact quantities of the environment (None without a tabular MDP).
@@ -88,7 +95,8 @@ class Engine(EngineRuns):
     config: TrainConfig
     env: Any
     env_params: Any
-    network: ActorCritic
+    network: Any
+    agent_network: AgentNetwork
     objective: Objective
     estimator: Estimator
     relabeller: Optional[Relabeller]
@@ -133,14 +141,21 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     if ground_truth is None and gt_lib.has_undelayed_truth(env):
         reference = gt_lib.make_ground_truth(env.undelayed, env_params, (exact_redistributor,))
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
-    twin = exact_twin(estimator, ground_truth, config)
+    obs_shape = tuple(env.observation_space(env_params).shape)
+    agent_net = make_agent_network(config.policy, num_actions, config.hidden_sizes,
+                                   config.activation, max(len(obs_shape), 1),
+                                   config.policy_epsilon)
+    network = agent_net.module
+    # A policy table π[s, a] (the oracles, exact returns, credit errors) needs a memoryless policy.
+    exact_policy = not agent_net.recurrent
+    if not exact_policy and (estimator.is_oracle or exact_redistributor):
+        raise ValueError(f"--policy {config.policy} has no policy table π[s, a] for the exact "
+                         "models (model=oracle); use --policy mlp or a fitted model")
+    twin = exact_twin(estimator, ground_truth, config) if exact_policy else None
     burn_in, pretrain_steps = config.burn_in_updates, config.estimator.pretrain_steps
     if exact_redistributor and reference is None:
         raise ValueError(f"redistribute stage {config.redistribute.name!r} with model=oracle "
                          f"needs an environment with exact ground truth; {config.env!r} has none")
-    obs_shape = tuple(env.observation_space(env_params).shape)
-    network = ActorCritic(num_actions, config.hidden_sizes, config.activation,
-                          obs_ndim=max(len(obs_shape), 1), epsilon=config.policy_epsilon)
     T, N = config.num_steps, config.num_envs
     M, E = config.num_minibatches, config.update_epochs
     state_index = reference_index
@@ -168,8 +183,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
 
     def init(key: Array) -> TrainState:
         net_key, est_key, rd_key, env_key, run_key, eval_key = jax.random.split(key, 6)
-        runner = reset_runner(env, env_params, env_key, N)
-        agent_params = network.init(net_key, runner.obs)
+        runner = reset_runner(env, env_params, env_key, N, agent_net.initial_memory(N))
+        agent_params = agent_net.init(net_key, runner.obs)
         example = example_trajectory(runner.obs.dtype)
         est_params = {} if estimator.is_oracle else estimator.init(est_key, example)
         rd_params = redistributor.init(rd_key, example) if redistributor else {}
@@ -193,34 +208,38 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         # checkpoint has strong dtypes, and the same types mean the same compiled program.
         return jax.tree.map(strong, state)
 
-    def with_values(agent_params, traj: Trajectory) -> Trajectory:
+    def with_values(agent_params, traj: Trajectory, memory, first) -> Trajectory:
         if not config.critic:
             zeros = jnp.zeros_like(traj.reward)
             return traj.replace(value=zeros, next_value=zeros)
-        value = network.apply(agent_params, traj.obs, method=ActorCritic.value)
-        next_value = network.apply(agent_params, traj.next_obs, method=ActorCritic.value)
+        value, next_value = agent_net.values(agent_params, memory, traj.obs, first,
+                                             traj.next_obs)
         return traj.replace(value=value, next_value=next_value)
 
     def collect(state: TrainState, hparams: Hparams, key: Array) -> Window:
         del hparams
         act_key, relabel_key = jax.random.split(key)
 
-        def policy(obs):
-            return network.apply(state.agent.params, obs, method=ActorCritic.policy)
+        def policy(memory, obs, first):
+            return agent_net.act(state.agent.params, memory, obs, first)
 
         runner = state.runner
         if episodic:
             # Every window is one whole episode per environment, groups sharing an instance.
             act_key, reset_key = jax.random.split(act_key)
-            runner = (reset_groups(env, env_params, reset_key, N, config.group_size)
+            fresh = agent_net.initial_memory(N)
+            runner = (reset_groups(env, env_params, reset_key, N, config.group_size, fresh)
                       if hasattr(env, "reset_to_instance")
-                      else reset_runner(env, env_params, reset_key, N))
+                      else reset_runner(env, env_params, reset_key, N, fresh))
+        start = runner
         runner, traj, episodes = rollout(env, env_params, policy, runner, act_key, T,
-                                       state_index, success)
+                                         state_index, success)
         if relabeller is not None:
             traj = relabeller.relabel(traj, relabel_key)
-        traj = with_values(state.agent.params, traj)
-        return Window(trajectory=traj, runner=runner, episodes=episodes)
+        first = first_steps(start.first, traj.done)
+        traj = with_values(state.agent.params, traj, start.memory, first)
+        return Window(trajectory=traj, runner=runner, episodes=episodes, memory=start.memory,
+                      first=first)
 
     def lr_scale(state: TrainState, anneal: bool):
         return 1.0 - state.update.astype(jnp.float32) / config.num_updates if anneal else 1.0
@@ -319,16 +338,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         state = state.replace(estimator=est_state, redistributor=rd_state)
         return traj, credit, state, metrics, params
 
-    def minibatch_loss(agent_params, batch: Trajectory, credit: Credit, hparams: Hparams):
-        logits, value = network.apply(agent_params, batch.obs)
-        loss, metrics = objective.loss(PolicyOutputs(logits, value), batch, credit, hparams)
-        return loss, {**metrics, "loss": loss}
-
-    def flat_batch(traj: Trajectory, credit: Credit):
-        """The window as one batch of what the objective reads: ``[T·N, ...]``."""
-        per_step = (traj.replace(next_obs=None, state=None, extras=None),
-                    Credit(advantage=credit.advantage, value_target=credit.value_target))
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), per_step)
+    def agent_loss(agent_params, traj: Trajectory, credit: Credit, hparams: Hparams):
+        """The objective's loss on a window's transitions (memoryless agents: the meta-step)."""
+        batch, credit = flatten_steps(objective_batch(traj, credit))
+        return minibatch_loss(agent_net, objective, agent_params, batch, credit, hparams)[0]
 
     def meta_step(state: TrainState, traj: Trajectory, est_params, hparams: Hparams,
                   key: Array):
@@ -337,40 +350,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         meta, value = meta_lib.one_step(
             state.meta, state.agent.params, *meta_lib.split_columns(traj, N), hparams,
             assign=lambda window, hp: estimator.assign(est_params, window, hp, key),
-            loss=lambda params, window, credit, hp: minibatch_loss(
-                params, *flat_batch(window, credit), hp)[0],
+            loss=agent_loss,
             step=lambda params, grads: adam_step(
                 params, state.agent.opt_state, grads, lr, hparams.max_grad_norm,
                 config.adam_eps, hparams.weight_decay, eps_root=meta_lib.EPS_ROOT)[0])
         return meta, {"meta/loss": value}
-
-    def optimise(state: TrainState, traj: Trajectory, credit: Credit, key: Array, hparams):
-        lr = hparams.lr * lr_scale(state, config.anneal_lr)
-        # Only what the objective reads is shuffled into minibatches.
-        flat = flat_batch(traj, credit)
-
-        def epoch(carry, epoch_key):
-            perm = jax.random.permutation(epoch_key, T * N)
-            batches = jax.tree.map(
-                lambda x: jnp.take(x, perm, axis=0).reshape((M, -1) + x.shape[1:]), flat)
-
-            def minibatch(carry, batch):
-                params, opt_state = carry
-                mb, mb_credit = batch
-                grads, metrics = jax.grad(minibatch_loss, has_aux=True)(
-                    params, mb, mb_credit, hparams)
-                params, opt_state, grad_norm = adam_step(
-                    params, opt_state, grads, lr, hparams.max_grad_norm, config.adam_eps,
-                    hparams.weight_decay)
-                return (params, opt_state), {**metrics, "grad_norm": grad_norm}
-
-            return jax.lax.scan(minibatch, carry, batches)
-
-        (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.agent.params, state.agent.opt_state), jax.random.split(key, E))
-        metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["lr"] = lr
-        return AgentState(params, opt_state), metrics
 
     def update_step(state: TrainState, hparams: Hparams) -> tuple[TrainState, Metrics]:
         key, act_key, credit_key, opt_key = jax.random.split(state.key, 4)
@@ -380,7 +364,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             meta_hparams = meta_lib.adapted(hparams, state.meta.offsets)
         traj, credit, state, credit_metrics, est_params = credit_step(
             state, window.trajectory, meta_hparams, credit_key)
-        agent, metrics = optimise(state, traj, credit, opt_key, meta_hparams)
+        agent, metrics = optimise(
+            agent_net, objective, state.agent, traj, credit, window.memory, window.first,
+            opt_key, meta_hparams, meta_hparams.lr * lr_scale(state, config.anneal_lr), E, M,
+            config.adam_eps)
         meta = state.meta
         if config.meta_gradient:
             meta, meta_metrics = meta_step(state, traj, est_params, hparams,
@@ -458,18 +445,19 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         key = jax.random.fold_in(state.eval_key, state.update)
         play_key, window_key, pair_key, credit_key, rd_key = jax.random.split(key, 5)
 
-        def policy(obs):  # the target policy: no exploration mixture
-            return network.apply(state.agent.params, obs, method=ActorCritic.target_policy)
+        def policy(memory, obs, first):  # the target policy: no exploration mixture
+            return agent_net.act(state.agent.params, memory, obs, first, target=True)
 
-        played = play_episodes(env, env_params, policy, play_key, config.evaluation.episodes,
-                               eval_steps, success)
+        episodes = config.evaluation.episodes
+        played = play_episodes(env, env_params, policy, play_key, episodes, eval_steps, success,
+                               agent_net.initial_memory(2 * episodes))
         metrics = {f"eval/{k}": v for k, v in played.items()}
-        if reference is not None:
+        if reference is not None and exact_policy:
             mdp = reference.mdp()
             pi = gt_lib.policy_table(network, state.agent.params, mdp, behaviour=False)
             metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
             metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
-        if reference is None or (twin is None and redistributor is None):
+        if reference is None or not exact_policy or (twin is None and redistributor is None):
             return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
         # The diagnostics against the exact model run here, at evaluation points only, on a
         # held-out window of the current policy (not used for training): the stages as they
@@ -493,6 +481,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
     return Engine(config=config, env=env, env_params=env_params, network=network,
+                  agent_network=agent_net,
                   objective=objective, estimator=estimator, relabeller=relabeller,
                   redistributor=redistributor, ground_truth=ground_truth, init=init,
                   collect=collect, assign_credit=assign_credit, update_step=update_step,

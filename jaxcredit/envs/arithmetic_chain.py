@@ -301,10 +301,10 @@ class ArithmeticChain(DiscreteEnv):
         t = jnp.minimum(d["time"], self.steps - 1)
         return jnp.take_along_axis(labels, t[..., None], axis=-1)[..., 0]
 
-    def episode_success(self, obs: Array, next_obs: Array) -> Array:
+    def episode_success(self, obs: Array, next_obs: Array, reward: Array) -> Array:
         """Did the step ``obs → next_obs`` end the episode with the correct final answer? (The
         truth, whatever the grader pays: ``jaxcredit.envs.goals.success_fn`` reads it.)"""
-        del obs
+        del obs, reward
         d = self.decode(next_obs)
         done = d["time"] >= self.steps
         return done & final_correct(d["start"], d["op"], d["operand"], d["written"], self.modulus)

@@ -66,14 +66,16 @@ def goal_env(env: Any) -> Optional[Any]:
     return None
 
 
-def success_fn(env: Any) -> Optional[Callable[[Array, Array], Array]]:
-    """``(obs, next_obs) -> bool``: did the transition reach the goal shown in ``obs``? None for
-    environments without goals.
+def success_fn(env: Any) -> Optional[Callable[[Array, Array, Array], Array]]:
+    """``(obs, next_obs, reward) -> bool``: did the transition reach the goal shown in ``obs``?
+    None for environments without goals.
 
     An environment that is not goal-conditioned but knows when an episode succeeded (a task whose
     reward may be a proxy, such as ArithmeticChain's hacked grader) defines
-    ``episode_success(obs, next_obs)``; it is found through wrappers and used the same way (it
-    reads the environment's own observations: a wrapper that changes observations must hide it).
+    ``episode_success(obs, next_obs, reward)``; it is found through wrappers and used the same way
+    (it reads the environment's own observations and rewards: a wrapper that changes either
+    must hide it). A partially observable task whose goal is not in the observation (TMaze)
+    reads the reward of the episode's last step.
     """
     goals = goal_env(env)
     if goals is None:
@@ -83,5 +85,5 @@ def success_fn(env: Any) -> Optional[Callable[[Array, Array], Array]]:
                 return inner.episode_success
             inner, seen = getattr(inner, "_env", None), seen + 1
         return None
-    return lambda obs, next_obs: goals.success(goals.achieved_goal(next_obs),
-                                               goals.desired_goal(obs))
+    return lambda obs, next_obs, reward: goals.success(goals.achieved_goal(next_obs),
+                                                       goals.desired_goal(obs))

@@ -119,5 +119,11 @@ class TMaze(DiscreteEnv):
         return jnp.stack([(state.x == junction).astype(jnp.float32),
                           (value.astype(jnp.float32) + 1.0) / 2.0])
 
+    def episode_success(self, obs: Array, next_obs: Array, reward: Array) -> Array:
+        """The episode ended on the cue's arm: its last step paid the (positive) goal reward,
+        where every earlier step pays a penalty ≤ 0 (``jaxcredit.envs.goals.success_fn``)."""
+        del obs, next_obs
+        return reward > 0
+
     def is_terminated(self, state, params) -> Array:
         return state.time >= self.episode_length

@@ -1,0 +1,106 @@
+"""The agent's network behind one interface, memoryless (``mlp``) or recurrent (``gru``, ``lstm``).
+
+The engine acts, evaluates the critic and optimises through :class:`AgentNetwork` and never asks
+which kind it holds:
+
+* ``act(params, memory, obs, first)`` — one step of every environment: ``(memory, logits)``.
+  The memoryless policy returns ``memory`` as it came (``()``).
+* ``outputs(params, memory, obs, first)`` — logits and V over a ``[T, B]`` window.
+* ``values(params, memory, obs, first, next_obs)`` — V(s_t) and V(s'_{t+1}) over the window.
+
+``memory`` is the recurrent state at the window's first step and ``first[t]`` marks the steps
+that start an episode (the memory is zeroed there). A recurrent window is re-run from its
+starting memory wherever the engine needs the network's outputs on it, so the values and the
+policy the objective optimises are the ones the agent acted with (Kapturowski et al. 2019's
+"stored state" scheme without burn-in; PureJaxRL's ``ppo_rnn.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxcredit.networks import CELLS, ActorCritic, RecurrentActorCritic, initial_memory
+
+Array = jax.Array
+POLICIES = ("mlp",) + CELLS
+
+
+def first_steps(start_first: Array, done: Array) -> Array:
+    """``first [T, B]``: the window's first step where ``start_first`` says an episode starts,
+    then every step that follows an episode end."""
+    return jnp.concatenate([start_first[None], done[:-1]], axis=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentNetwork:
+    """The flax ``module`` (``ActorCritic`` or ``RecurrentActorCritic``) and how to run it."""
+
+    module: Any
+    policy: str = "mlp"
+
+    @property
+    def recurrent(self) -> bool:
+        return self.policy != "mlp"
+
+    def initial_memory(self, batch: int) -> Any:
+        """The memory of ``batch`` fresh episodes (``()`` for the memoryless policy)."""
+        if not self.recurrent:
+            return ()
+        return initial_memory(self.policy, self.module.hidden_sizes[0], batch)
+
+    def init(self, key: Array, obs: Array) -> Any:
+        """Parameters, from a batch of observations ``[B, *obs_shape]``."""
+        if not self.recurrent:
+            return self.module.init(key, obs)
+        first = jnp.ones((1, obs.shape[0]), bool)
+        return self.module.init(key, self.initial_memory(obs.shape[0]), obs[None], first)
+
+    def act(self, params: Any, memory: Any, obs: Array, first: Array,
+            target: bool = False) -> tuple[Any, Array]:
+        """``(memory, logits [B, A])`` of one step; ``target`` gives the actor's own policy
+        (no exploration mixture), what evaluation plays."""
+        if not self.recurrent:
+            method = ActorCritic.target_policy if target else ActorCritic.policy
+            return memory, self.module.apply(params, obs, method=method)
+        memory, logits, _ = self.module.apply(params, memory, obs[None], first[None], target)
+        return memory, logits[0]
+
+    def outputs(self, params: Any, memory: Any, obs: Array, first: Array
+                ) -> tuple[Array, Array]:
+        """``(logits [T, B, A], value [T, B])`` of the behaviour policy over a window."""
+        if not self.recurrent:
+            return self.module.apply(params, obs)
+        _, logits, value = self.module.apply(params, memory, obs, first)
+        return logits, value
+
+    def values(self, params: Any, memory: Any, obs: Array, first: Array, next_obs: Array
+               ) -> tuple[Array, Array]:
+        """``(V(s_t), V(s'_{t+1}))`` over a window, each ``[T, B]``."""
+        if not self.recurrent:
+            return (self.module.apply(params, obs, method=ActorCritic.value),
+                    self.module.apply(params, next_obs, method=ActorCritic.value))
+
+        def run(module):
+            _, memories = module.unroll(memory, obs, first)
+            _, value = module.heads(memories)
+            return value, module.next_value(memories, next_obs)
+
+        return self.module.apply(params, method=run)
+
+
+def make_agent_network(policy: str, num_actions: int, hidden_sizes, activation: str,
+                       obs_ndim: int, epsilon: float) -> AgentNetwork:
+    """The network of ``TrainConfig.policy``."""
+    if policy == "mlp":
+        module = ActorCritic(num_actions, hidden_sizes, activation, obs_ndim=obs_ndim,
+                             epsilon=epsilon)
+    elif policy in CELLS:
+        module = RecurrentActorCritic(num_actions, tuple(hidden_sizes), activation,
+                                      obs_ndim=obs_ndim, epsilon=epsilon, cell=policy)
+    else:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {POLICIES}")
+    return AgentNetwork(module, policy)
