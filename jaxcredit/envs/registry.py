@@ -3,7 +3,8 @@
 Names are those of gymnax (``CartPole-v1``, ``Catch-bsuite``, ``Breakout-MinAtar`` ...) and of
 jaxcredit (``Shortcut``, ``DelayedEffect``, ``AmbiguousBandit``, ``KeyToDoor``,
 ``TaskInterleaving``, ``TreeMDP``, ``GridWorld-v1/v2``, ``DelayedGridWorld-v1/v2``, ``BitFlip``,
-``GoalGrid``, ``ArithmeticChain``, ``CommandChain``).
+``GoalGrid``, ``ArithmeticChain``, ``CommandChain``, ``ChainAndSplit``, ``TMaze``,
+``VisualMatch``, ``MemoryKeyToDoor``, ``DelayedCatch``).
 jaxcredit environments are imported lazily, by ``"module:Class"`` path.
 
 Keyword arguments are routed by name: those accepted by the environment's constructor fix its
@@ -57,6 +58,9 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "GoalGrid": _Entry("jaxcredit.envs.goal_grid:GoalGrid"),
     "ChainAndSplit": _Entry("jaxcredit.envs.chain_and_split:ChainAndSplit"),
     "TMaze": _Entry("jaxcredit.envs.tmaze:TMaze"),
+    "VisualMatch": _Entry("jaxcredit.envs.visual_match:VisualMatch"),
+    "MemoryKeyToDoor": _Entry("jaxcredit.envs.memory_key_to_door:MemoryKeyToDoor"),
+    "DelayedCatch": _Entry("jaxcredit.envs.delayed_catch:DelayedCatch"),
 }
 
 
