@@ -152,13 +152,17 @@ class ActorCritic(nn.Module):
         return self.policy(obs), self.value(obs)
 
 
-CELLS = ("gru", "lstm")
+CELLS = ("gru", "lstm", "lru")
 
 
 def initial_memory(cell: str, size: int, batch: int) -> Any:
     """The memory of ``batch`` fresh episodes: zeros, ``[batch, size]`` for a GRU and the pair
-    ``(c, h)`` of those for an LSTM (flax's ``initialize_carry`` draws zeros too)."""
+    ``(c, h)`` of those for an LSTM (flax's ``initialize_carry`` draws zeros too); for the LRU,
+    memax's identity element (diagonal 1, state 0, complex64) and its reset flag."""
     zeros = jnp.zeros((batch, size), jnp.float32)
+    if cell == "lru":
+        return ((jnp.ones((batch, size), jnp.complex64), jnp.zeros((batch, size), jnp.complex64)),
+                jnp.zeros((batch,), bool))
     return zeros if cell == "gru" else (zeros, zeros)
 
 
@@ -167,8 +171,9 @@ class ScannedCell(nn.Module):
     :func:`initial_memory` where an episode starts (PureJaxRL's ``ScannedRNN`` scheme).
 
     ``apply(params, memory, (x [T, B, F], first [T, B]))`` returns ``(memory after the last
-    step, memory after every step [T, B, ...])``: every step's memory, not only its output, so
-    that one more step can be taken from any of them (the engine's V(s'_{t+1})).
+    step, (memory after every step [T, B, ...], output [T, B, size]))``: every step's memory,
+    not only its output, so that one more step can be taken from any of them (the engine's
+    V(s'_{t+1})).
     """
 
     cell: str
@@ -189,17 +194,39 @@ class ScannedCell(nn.Module):
             core = nn.OptimizedLSTMCell(self.size, recurrent_kernel_init=orthogonal())
         else:
             raise ValueError(f"unknown cell {self.cell!r}; choose one of {CELLS}")
-        memory, _ = core(memory, x.astype(jnp.float32))
-        return memory, memory
+        memory, output = core(memory, x.astype(jnp.float32))
+        return memory, (memory, output)
 
+
+class LinearRecurrentCore(nn.Module):
+    """memax's Linear Recurrent Unit (Orvieto et al. 2023, arXiv 2303.06349; memax 0.1's flax
+    ``LRU``) over ``[T, B]``: a complex diagonal linear recurrence run by an associative scan,
+    ``O(log T)`` deep instead of T sequential cell steps. memax resets the state where ``first``
+    marks an episode start (its ``Resettable`` algebra). Same interface as :class:`ScannedCell`.
+    """
+
+    size: int
+
+    @nn.compact
+    def __call__(self, memory, inputs):
+        from memax.linen.semigroups.lru import LRU  # noqa: PLC0415 (only the lru policy needs it)
+
+        x, first = inputs
+        batched = nn.vmap(LRU, in_axes=(0, (1, 1)), out_axes=(1, 1),
+                          variable_axes={"params": None}, split_rngs={"params": False})
+        lru = batched(algebra=LRU.default_algebra(recurrent_size=self.size),
+                      scan=LRU.default_scan(), hidden_size=self.size, recurrent_size=self.size)
+        memories, output = lru(memory, (x.astype(jnp.float32), first))
+        return jax.tree.map(lambda m: m[-1], memories), (memories, output)
 
 class RecurrentActorCritic(nn.Module):
     """A categorical policy and a state value that read a recurrent memory of the episode.
 
     The layout of PureJaxRL's ``ppo_rnn.py`` (``ActorCriticRNN``): an embedding layer
-    (``hidden_sizes[0]`` units and the activation), a GRU or LSTM of the same width shared by
-    actor and critic, then a policy head and a value head, each an MLP over
-    ``hidden_sizes[1:]``. The memory is zeroed where ``first`` marks an episode's first step.
+    (``hidden_sizes[0]`` units and the activation), a GRU, LSTM or LRU of the same width shared
+    by actor and critic, then a policy head and a value head, each an MLP over
+    ``hidden_sizes[1:]`` reading the core's output. The memory is set back where ``first``
+    marks an episode's first step.
     Initialisation as :class:`ActorCritic` (orthogonal, gains √2 / 0.01 / 1) for the dense
     layers; the cells keep flax's LeCun normal input kernels and orthogonal recurrent ones.
 
@@ -218,26 +245,23 @@ class RecurrentActorCritic(nn.Module):
     def setup(self):
         width = self.hidden_sizes[0]
         self.encoder = MLP((), width, self.activation, np.sqrt(2.0), self.obs_ndim)
-        self.core = ScannedCell(self.cell, width)
+        self.core = (LinearRecurrentCore(width) if self.cell == "lru"
+                     else ScannedCell(self.cell, width))
         self.actor = MLP(self.hidden_sizes[1:], self.num_actions, self.activation, 0.01)
         self.critic = MLP(self.hidden_sizes[1:], 1, self.activation, 1.0)
 
-    def features(self, memory) -> jax.Array:
-        """What the heads read: the GRU's state, the LSTM's output h."""
-        return memory if self.cell == "gru" else memory[1]
-
     def unroll(self, memory, obs: jax.Array, first: jax.Array):
-        """``(last memory, memories [T, B, ...])`` over the window."""
+        """``(last memory, (memories [T, B, ...], outputs [T, B, width]))`` over the window."""
         x = activation_fn(self.activation)(self.encoder(obs))
         return self.core(memory, (x, first))
 
-    def heads(self, memories, target: bool = False) -> tuple[jax.Array, jax.Array]:
-        """Logits (the behaviour policy's, or the actor's own with ``target``) and V."""
-        features = self.features(memories)
-        logits = self.actor(features)
+    def heads(self, outputs: jax.Array, target: bool = False) -> tuple[jax.Array, jax.Array]:
+        """Logits (the behaviour policy's, or the actor's own with ``target``) and V, from the
+        core's outputs."""
+        logits = self.actor(outputs)
         if self.epsilon > 0 and not target:
             logits = epsilon_mixture(logits, self.epsilon)
-        return logits, self.critic(features)[..., 0]
+        return logits, self.critic(outputs)[..., 0]
 
     def next_value(self, memories, next_obs: jax.Array) -> jax.Array:
         """V(s'_{t+1}) for every t: one more step from the memory after step t on the next
@@ -246,12 +270,12 @@ class RecurrentActorCritic(nn.Module):
         flat = jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), memories)
         x = activation_fn(self.activation)(self.encoder(next_obs))
         x = x.reshape((1, -1) + x.shape[2:])
-        _, after = self.core(flat, (x, jnp.zeros(x.shape[:2], bool)))
-        return self.critic(self.features(after))[0, :, 0].reshape(shape)
+        _, (_, outputs) = self.core(flat, (x, jnp.zeros(x.shape[:2], bool)))
+        return self.critic(outputs)[0, :, 0].reshape(shape)
 
     def __call__(self, memory, obs: jax.Array, first: jax.Array, target: bool = False):
-        memory, memories = self.unroll(memory, obs, first)
-        logits, value = self.heads(memories, target)
+        memory, (_, outputs) = self.unroll(memory, obs, first)
+        logits, value = self.heads(outputs, target)
         return memory, logits, value
 
 

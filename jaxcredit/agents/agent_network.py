@@ -1,4 +1,5 @@
-"""The agent's network behind one interface, memoryless (``mlp``) or recurrent (``gru``, ``lstm``).
+"""The agent's network behind one interface, memoryless (``mlp``) or recurrent (``gru``, ``lstm``,
+``lru``).
 
 The engine acts, evaluates the critic and optimises through :class:`AgentNetwork` and never asks
 which kind it holds:
@@ -85,8 +86,8 @@ class AgentNetwork:
                     self.module.apply(params, next_obs, method=ActorCritic.value))
 
         def run(module):
-            _, memories = module.unroll(memory, obs, first)
-            _, value = module.heads(memories)
+            _, (memories, outputs) = module.unroll(memory, obs, first)
+            _, value = module.heads(outputs)
             return value, module.next_value(memories, next_obs)
 
         return self.module.apply(params, method=run)

@@ -112,9 +112,10 @@ class TrainConfig:
     num_minibatches: Optional[int] = None
     """minibatches per pass (default: 4 for ppo, 1 otherwise); must divide N·T"""
     policy: str = "mlp"
-    """the agent's network: mlp (memoryless) | gru | lstm (recurrent: an embedding of
+    """the agent's network: mlp (memoryless) | gru | lstm | lru (recurrent: an embedding of
     hidden_sizes[0] units, the cell of that width, then actor and critic heads over
-    hidden_sizes[1:]; minibatches of whole sequences)"""
+    hidden_sizes[1:]; minibatches of whole sequences; lru is memax's linear recurrent unit,
+    run by an associative scan)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """widths of the actor's and the critic's MLP towers (see policy for the recurrent layout)"""
     activation: str = "tanh"
