@@ -58,6 +58,7 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "GoalGrid": _Entry("jaxcredit.envs.goal_grid:GoalGrid"),
     "ChainAndSplit": _Entry("jaxcredit.envs.chain_and_split:ChainAndSplit"),
     "TMaze": _Entry("jaxcredit.envs.tmaze:TMaze"),
+    "XMiniGrid": _Entry("jaxcredit.envs.xminigrid_env:XMiniGrid"),
     "VisualMatch": _Entry("jaxcredit.envs.visual_match:VisualMatch"),
     "MemoryKeyToDoor": _Entry("jaxcredit.envs.memory_key_to_door:MemoryKeyToDoor"),
     "DelayedCatch": _Entry("jaxcredit.envs.delayed_catch:DelayedCatch"),
