@@ -419,7 +419,9 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
         curves = plotting.curves_by_setting(runlog.read_metrics(out), headline)
         if csv:
             runlog.export_csv(out)
-        last_return = float(np.nanmean([v[:, -1] for _, v in curves.values()]))
+        # NaN when no episode ended yet (a short run of long episodes): the run still reports.
+        finals = [v[:, -1] for _, v in curves.values() if v.shape[1]]
+        last_return = float(np.nanmean(finals)) if finals else float("nan")
         metric = stats.ranking_metric(metric_names)
         ranked = (curves if metric == headline
                   else plotting.curves_by_setting(runlog.read_metrics(out), metric))
