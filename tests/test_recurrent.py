@@ -29,7 +29,7 @@ def test_first_steps_marks_the_window_start_and_every_step_after_an_end():
                                   [[1, 0], [0, 1], [1, 0]])
 
 
-@pytest.mark.parametrize("policy", ["gru", "lstm"])
+@pytest.mark.parametrize("policy", ["gru", "lstm", "lru"])
 def test_rerunning_a_window_gives_the_policy_and_values_the_agent_acted_with(policy):
     eng = engine(policy)
     state = eng.init(jax.random.key(0))
@@ -48,8 +48,9 @@ def test_rerunning_a_window_gives_the_policy_and_values_the_agent_acted_with(pol
                                np.asarray(traj.value[1:])[inside], atol=1e-6)
 
 
-def test_the_memory_is_zeroed_where_an_episode_starts():
-    net = make_agent_network("gru", 4, (8, 8), "relu", 1, 0.0)
+@pytest.mark.parametrize("policy", ["gru", "lru"])
+def test_the_memory_is_zeroed_where_an_episode_starts(policy):
+    net = make_agent_network(policy, 4, (8, 8), "relu", 1, 0.0)
     params = net.init(jax.random.key(0), jnp.zeros((2, 2)))
     obs = jax.random.uniform(jax.random.key(1), (5, 2, 2))
     first = jnp.zeros((5, 2), bool).at[3].set(True)
@@ -115,3 +116,28 @@ def test_recurrent_misconfigurations_are_one_line_errors(overrides, message):
     with pytest.raises(ValueError, match=message):
         make_engine(TrainConfig.from_flat(**{**BASE, "policy": "gru", "total_timesteps": 40,
                                              **overrides}))
+
+
+MEMORY_TASKS = (
+    ("TMaze", ("--env-option", "corridor_length=3", "--env-option", "active=1")),
+    ("VisualMatch", ("--env-option", "preset=cca")),
+    ("MemoryKeyToDoor", ("--env-option", "preset=cca")),
+    ("DelayedCatch", ("--env-option", "games=2")),
+    ("MemoryChain-bsuite", ()),
+    ("UmbrellaChain-bsuite", ()),
+    ("XMiniGrid", ("--env-option", "env_id=MiniGrid-MemoryS8")),
+)
+
+
+def test_every_memory_task_trains_with_a_recurrent_policy_from_the_command_line(tmp_path):
+    from jaxcredit import cli
+
+    for env, options in MEMORY_TASKS:
+        out = tmp_path / env
+        argv = ["train", "--env", env, *options, "--policy", "gru", "--num-envs", "2",
+                "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "32",
+                "--hidden-sizes", "8", "8", "--eval-every", "0", "--out", str(out),
+                "--no-progress"]
+        assert cli.main(argv) == 0, env
+        columns = runlog.read_metrics(out)
+        assert np.isfinite(columns["loss"]).all() and len(columns["update"]) == 2, env

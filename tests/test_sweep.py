@@ -68,7 +68,8 @@ SCRIPT = textwrap.dedent("""
     assert len(jax.devices()) == 4, jax.devices()
     # No evaluation: smaller programs to compile (the sharding is what is checked).
     engine = make_engine(TrainConfig.from_flat(algo="a2c", num_envs=4, num_steps=8, eval_every=0,
-                                               total_timesteps=4 * 8 * 3, hidden_sizes=(8,)))
+                                               total_timesteps=4 * 8 * 3, hidden_sizes=(8,),
+                                               policy=POLICY))
     six = sweep.make_population([{"lr": 1e-3}, {"lr": 3e-3}, {"lr": 1e-2}], num_seeds=2)
     out = {}
     try:
@@ -99,14 +100,16 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("flags", ["suite", "users"])
-def test_sharded_sweep_matches_single_device(flags):
-    """At the suite's XLA flags and at the users' (XLA's defaults)."""
+@pytest.mark.parametrize("flags, policy", [("suite", "mlp"), ("users", "mlp"), ("suite", "gru")])
+def test_sharded_sweep_matches_single_device(flags, policy):
+    """At the suite's XLA flags and at the users' (XLA's defaults); with a recurrent policy, its
+    memory sharded with the environments."""
     four = "--xla_force_host_platform_device_count=4"
     env = (users_xla_env(four) if flags == "users" else dict(
         os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + four).strip(),
         JAX_PLATFORMS="cpu"))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
+    script = SCRIPT.replace("POLICY", repr(policy))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
