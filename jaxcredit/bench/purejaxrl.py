@@ -22,6 +22,16 @@ without editing its source:
 
 Its PPO is then timed with its own defaults (the ``config`` dict under ``__main__`` in ``ppo.py``).
 
+Its recurrent PPO (``ppo_rnn.py``, ``--rnn``) loads the same way as ``ppo.py``, with two more
+bridges for the flax < 0.7 cell API it was written against: its ``ScannedRNN.initialize_carry``
+calls ``nn.GRUCell.initialize_carry(key, (batch,), size)``, a classmethod there and an instance
+method taking ``(key, input_shape)`` now, so it is rebound to what the old call returned, zeros
+of shape ``(batch, size)`` (flax's default carry initialiser); and it builds ``nn.GRUCell()``
+without ``features``, which the old cell read off the carry, so the module's ``nn`` is a view of
+flax.linen whose ``GRUCell`` has PureJaxRL's width, 128 (its ``initialize_carry(..., 128)``).
+Its GRU's recurrent kernel keeps flax's own orthogonal initialiser (it is not a module-level
+name), so that race runs one seed, never under ``jax.vmap``.
+
 Its DQN (``dqn.py``, ``--dqn``) needs three more bridges, again from the outside: it wraps the
 environment in gymnax's own ``LogWrapper``, which in gymnax ≥ 1.0 returns six values, so the
 module's ``LogWrapper`` name is rebound to one whose ``step`` returns the old five; it calls
@@ -48,6 +58,8 @@ import gymnax
 OPTIONAL_PACKAGES = ("brax", "navix", "wandb")
 FILES = ("ppo.py", "wrappers.py")
 DQN_FILE = "dqn.py"
+RNN_FILE = "ppo_rnn.py"
+RNN_WIDTH = 128  # ppo_rnn.py's GRU width (its ScannedRNN.initialize_carry(..., 128))
 
 
 class FiveValueStep:
@@ -195,19 +207,22 @@ def describe(folder: pathlib.Path, git_dir: str | None = None) -> str:
     return out
 
 
-def load_ppo(folder: pathlib.Path) -> tuple[types.ModuleType, dict]:
-    """Imports PureJaxRL's ``ppo`` from ``folder`` (adapted, module docstring) and its defaults.
+def load_ppo(folder: pathlib.Path, file: str = "ppo.py") -> tuple[types.ModuleType, dict]:
+    """Imports PureJaxRL's ``ppo`` (or, with ``file="ppo_rnn.py"``, its recurrent PPO, which
+    has the same shape) from ``folder``, adapted (module docstring), and its defaults.
 
-    ``ppo.py`` imports its wrappers as the top-level module ``wrappers``; that name is bound to
-    PureJaxRL's file only while ``ppo`` loads, then restored.
+    The script imports its wrappers as the top-level module ``wrappers``; that name is bound to
+    PureJaxRL's file only while the script loads, then restored.
     """
+    if not (folder / file).is_file():
+        raise ValueError(f"no purejaxrl/{file} in {folder}")
     previous = sys.modules.get("wrappers")
     try:
         with _stand_ins(missing_packages()):
             _load_module("wrappers", folder / "wrappers.py")
-            ppo = _load_module("purejaxrl_ppo", folder / "ppo.py")
+            ppo = _load_module(f"purejaxrl_{file[:-3]}", folder / file)
     except Exception as err:  # noqa: BLE001 (third-party code: any failure is one message)
-        raise ValueError(f"cannot import PureJaxRL's ppo.py from {folder}: "
+        raise ValueError(f"cannot import PureJaxRL's {file} from {folder}: "
                          f"{type(err).__name__}: {' '.join(str(err).split())}") from None
     finally:
         if previous is not None:
@@ -219,7 +234,20 @@ def load_ppo(folder: pathlib.Path) -> tuple[types.ModuleType, dict]:
         from jaxcredit import networks  # noqa: PLC0415
 
         ppo.orthogonal = networks.orthogonal
-    return ppo, default_config((folder / "ppo.py").read_text())
+    if hasattr(ppo, "ScannedRNN"):  # ppo_rnn.py: flax < 0.7's cell API (module docstring)
+        import functools  # noqa: PLC0415
+
+        import flax.linen  # noqa: PLC0415
+        import jax.numpy as jnp  # noqa: PLC0415
+
+        ppo.ScannedRNN.initialize_carry = staticmethod(
+            lambda batch_size, hidden_size: jnp.zeros((batch_size, hidden_size)))
+        view = types.ModuleType("flax.linen")
+        view.__dict__.update({k: v for k, v in vars(flax.linen).items()
+                              if not k.startswith("__")})
+        view.GRUCell = functools.partial(flax.linen.GRUCell, RNN_WIDTH)
+        ppo.nn = view
+    return ppo, default_config((folder / file).read_text())
 
 
 def _jax_with_tree_map() -> types.ModuleType:

@@ -83,6 +83,8 @@ class Rivals:
     ppo_label: str = ""
     dqn: Any = None
     dqn_defaults: Optional[dict] = None
+    rnn: Any = None
+    rnn_defaults: Optional[dict] = None
     baseline: Any = None
     baseline_label: str = ""
 
@@ -203,6 +205,39 @@ def dqn_races(args: Any, rivals: Rivals, repeats: int) -> list[dict]:
             result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
         results.append(result)
     return results
+
+
+def rnn_fields(defaults: dict) -> dict:
+    """PureJaxRL's ``ppo_rnn.py`` defaults as TrainConfig fields: its ``ActorCriticRNN`` is a
+    128-unit ReLU embedding, a 128-unit GRU and 128-unit ReLU heads (``--policy gru``,
+    ``hidden_sizes=(128, 128)``)."""
+    return dict(algo="ppo", env=defaults["ENV_NAME"], num_envs=int(defaults["NUM_ENVS"]),
+                num_steps=int(defaults["NUM_STEPS"]),
+                total_timesteps=int(defaults["TOTAL_TIMESTEPS"]),
+                update_epochs=int(defaults["UPDATE_EPOCHS"]),
+                num_minibatches=int(defaults["NUM_MINIBATCHES"]), policy="gru",
+                hidden_sizes=(128, 128), activation="relu",
+                anneal_lr=bool(defaults["ANNEAL_LR"]), eval_every=0)
+
+
+def rnn_race(args: Any, rivals: Rivals, repeats: int) -> dict:
+    """Recurrent PPO against PureJaxRL's ``ppo_rnn.py`` on its own defaults (one seed)."""
+    defaults = dict(rivals.rnn_defaults)
+    if args.rnn_timesteps:
+        defaults["TOTAL_TIMESTEPS"] = int(args.rnn_timesteps)
+    fields = rnn_fields(defaults)
+    hparams = dict(lr=defaults["LR"], gamma=defaults["GAMMA"], lambda_=defaults["GAE_LAMBDA"],
+                   clip_eps=defaults["CLIP_EPS"], ent_coef=defaults["ENT_COEF"],
+                   vf_coef=defaults["VF_COEF"], max_grad_norm=defaults["MAX_GRAD_NORM"])
+    cases = [engine_case("jaxcredit --policy gru", current, fields, hparams),
+             purejaxrl_case(f"{rivals.ppo_label} ppo_rnn", rivals.rnn, defaults, hparams,
+                            fields["num_envs"], fields["total_timesteps"])]
+    name = (f"recurrent PPO+GAE {fields['env']}, {fields['num_envs']} envs, GRU 128, "
+            f"{fields['total_timesteps']:,} steps")
+    result = race_result(name, race(cases, repeats, args.seed))
+    result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
+        result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
+    return result
 
 
 def stage_races(title: str, base: dict, stage: str, specs: tuple[EstimatorSpec, ...],

@@ -5,6 +5,7 @@ revision, and the cost of its fitted credit models, each race in one process.
     jaxcredit bench train --estimators hca_return,c2a2c,hca_state --fit-steps 1,4,16
     jaxcredit bench train --no-main --redistributors rudder --redistribute-fit-steps 1,4,16
     jaxcredit bench train --no-main --dqn --purejaxrl-git DIR
+    jaxcredit bench train --no-main --rnn --purejaxrl-git DIR
     python -m jaxcredit.bench train ...
 
 Races (protocol in :mod:`jaxcredit.bench.timing`: compiled ahead of time, compile time apart,
@@ -24,6 +25,10 @@ calls alternating, SPS = env steps per call / median call time):
   128, a gradient step every 10 env steps, target copy every 500 steps, 120-84 ReLU MLP, ε 1 →
   0.05 over 2.5e5 steps, lr 2.5e-4, learning from 10 000 steps), plain Q-learning target, no
   evaluation; at 1 seed and at ``--dqn-seeds`` vmapped. Needs ``--purejaxrl``/``--purejaxrl-git``.
+* ``--rnn``: recurrent PPO (``--policy gru``) against PureJaxRL's ``ppo_rnn.py`` on its own
+  defaults (CartPole-v1, 4 envs × 128 steps, 4 epochs × 4 minibatches of whole sequences, a
+  128-unit ReLU embedding, GRU and heads, lr 2.5e-4 annealed, 5e5 env steps, one seed), no
+  evaluation. Needs ``--purejaxrl``/``--purejaxrl-git``.
 * ``--estimators``: A2C with each estimator against A2C+GAE at one size, once per value of
   ``--fit-steps`` (the learned models' ``estimator_fit_steps``), without evaluation.
 * ``--redistributors``: PPO (PureJaxRL's defaults, ``--redistributor-envs`` ×
@@ -53,7 +58,8 @@ from jaxcredit.bench import baseline as baseline_lib
 from jaxcredit.bench import purejaxrl as purejaxrl_lib
 from jaxcredit.bench.races import (PPO_ENV, REDISTRIBUTOR_ENV, Rivals, dqn_races,
                                    estimator_races, format_race, main_race,
-                                   redistributor_fields, redistributor_races, scale_races)
+                                   redistributor_fields, redistributor_races, rnn_race,
+                                   scale_races)
 from jaxcredit.flags import Repeatable, flat, parse_options
 from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
 from jaxcredit.estimators import make_estimator
@@ -67,7 +73,8 @@ class TrainBench:
     itself, and the cost of the fitted credit models, each race in one process."""
 
     main: bool = True
-    """the PPO races (--no-main: only the --estimators, --redistributors or --dqn races)"""
+    """the PPO races (--no-main: only the --estimators, --redistributors, --dqn or --rnn
+    races)"""
     quick: bool = False
     """only the first PPO race, 2 timed calls per case"""
     repeats: int = 5
@@ -96,6 +103,11 @@ class TrainBench:
     """env steps per call in the DQN race (PureJaxRL's DQN default)"""
     dqn_seeds: int = 8
     """seeds of the vmapped DQN race (1 skips it)"""
+    rnn: bool = False
+    """the recurrent PPO race against PureJaxRL's ppo_rnn.py (needs --purejaxrl or
+    --purejaxrl-git)"""
+    rnn_timesteps: Optional[float] = None
+    """env steps per call in the recurrent race (default: ppo_rnn.py's own, 5e5)"""
     estimators: tuple[str, ...] = ()
     """race A2C with each estimator spec NAME[:KEY=VALUE...] (comma-separated) against A2C+GAE"""
     fit_steps: tuple[str, ...] = ("4",)
@@ -189,6 +201,8 @@ def check(args: TrainBench) -> Checked:
                  "estimator_envs", "estimator_steps", "estimator_updates", "estimator_seeds",
                  "redistributor_envs", "redistributor_steps", "redistributor_updates"):
         _positive(name, getattr(args, name))
+    if args.rnn_timesteps is not None:
+        _positive("rnn_timesteps", args.rnn_timesteps)
     for name in ("big_envs", "seeds"):
         for value in getattr(args, name):
             _positive(name, value)
@@ -196,9 +210,12 @@ def check(args: TrainBench) -> Checked:
         raise ValueError("give --purejaxrl or --purejaxrl-git, not both")
     if args.json and pathlib.Path(args.json).is_dir():
         raise ValueError(f"--json {args.json} is a folder; give a file path")
-    if not (args.main or args.estimators or args.redistributors or args.dqn):
-        raise ValueError("--no-main leaves nothing to run; add --estimators, --redistributors "
-                         "or --dqn")
+    if args.rnn and not (args.purejaxrl or args.purejaxrl_git):
+        raise ValueError("--rnn races PureJaxRL's ppo_rnn.py: pass --purejaxrl DIR or "
+                         "--purejaxrl-git DIR")
+    if not (args.main or args.estimators or args.redistributors or args.dqn or args.rnn):
+        raise ValueError("--no-main leaves nothing to run; add --estimators, --redistributors, "
+                         "--dqn or --rnn")
     if args.dqn and not (args.purejaxrl or args.purejaxrl_git):
         raise ValueError("--dqn races PureJaxRL's dqn.py: pass --purejaxrl DIR or "
                          "--purejaxrl-git DIR")
@@ -216,7 +233,8 @@ def check(args: TrainBench) -> Checked:
 def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
     rivals = Rivals()
     if args.purejaxrl or args.purejaxrl_git:
-        files = purejaxrl_lib.FILES + ((purejaxrl_lib.DQN_FILE,) if args.dqn else ())
+        files = (purejaxrl_lib.FILES + ((purejaxrl_lib.DQN_FILE,) if args.dqn else ())
+                 + ((purejaxrl_lib.RNN_FILE,) if args.rnn else ()))
         if args.purejaxrl:
             folder = purejaxrl_lib.source_folder(args.purejaxrl)
             revision = purejaxrl_lib.describe(folder)
@@ -227,6 +245,9 @@ def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
         rivals.ppo_label = f"purejaxrl {revision}"
         if args.dqn:
             rivals.dqn, rivals.dqn_defaults = purejaxrl_lib.load_dqn(folder)
+        if args.rnn:
+            rivals.rnn, rivals.rnn_defaults = purejaxrl_lib.load_ppo(folder,
+                                                                     purejaxrl_lib.RNN_FILE)
     if args.baseline_rev:
         rivals.baseline, short = baseline_lib.import_revision(args.baseline_rev, workdir)
         rivals.baseline_label = f"jaxcredit {short}"
@@ -266,6 +287,11 @@ def bench(args: TrainBench) -> dict:
             if not args.quick:
                 for result in scale_races(args, rivals, hparams, repeats):
                     report(result)
+        if args.rnn:
+            result = rnn_race(args, rivals, repeats)
+            report(result)
+            for label, ratio in result["ratios"].items():
+                print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
         if args.dqn:
             for result in dqn_races(args, rivals, repeats):
                 report(result)
