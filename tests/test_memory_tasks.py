@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from jaxcredit import envs
-from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.envs.delayed_catch import DelayedCatch
 from jaxcredit.envs.memory_key_to_door import APPLE, DOOR, KEY, MemoryKeyToDoor
 from jaxcredit.envs.visual_match import FIRST_COLOUR, GREY, VisualMatch
@@ -281,29 +280,5 @@ def test_bsuite_chains_optimal_and_random_returns(name):
             name, random, total.mean())
 
 
-# --------------------------------------------------------------------------------------------
-# The engine
-# --------------------------------------------------------------------------------------------
-
-ENGINE_CASES = {  # gymnax's chains train in the engine like CartPole (docs/envs.md: the CLI run)
-    "VisualMatch": (("explore_steps", 2), ("distractor_steps", 3), ("final_steps", 3)),
-    "MemoryKeyToDoor": (("preset", "cca"), ("distractor_steps", 3)),
-    "DelayedCatch": (("games", 2),),
-}
-
-
-@pytest.mark.parametrize("name", sorted(ENGINE_CASES))
-def test_trains_in_the_engine(name):
-    """One update, no evaluation (compiling the evaluation would double the test's time)."""
-    config = TrainConfig.from_flat(algo="a2c", env=name, env_options=ENGINE_CASES[name],
-                                   num_envs=4, num_steps=8, hidden_sizes=(8,),
-                                   total_timesteps=32, eval_every=0)
-    engine = make_engine(config)
-    key = jax.random.key(0)
-    init = jax.jit(engine.init)(key)
-    state, metrics = jax.jit(engine.train)(key, Hparams.create())
-    assert all(np.isfinite(np.asarray(v)).all() for k, v in metrics.items()
-               if not k.startswith("episode_")), metrics
-    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), init.agent.params,
-                         state.agent.params)
-    assert max(jax.tree.leaves(moved)) > 0
+# The engine: tests/test_recurrent.py trains every memory task with --policy gru from the
+# command line.
