@@ -84,6 +84,9 @@ def test_key_to_door_with_the_key_by_hand():
     # the final phase's start (4, 2) at time 6.
     agent = obs[:, :25].argmax(1)
     assert agent.tolist() == [17, 12, 22, 17, 12, 17, 22, 17, 12, 7, 2]
+    # Success is the door's reward, not the apples' (equal to it here: 10 each).
+    success = env.episode_success(obs[:-1], obs[1:], jnp.asarray(rewards))
+    assert np.asarray(success).tolist() == [False] * 9 + [True]
 
 
 def test_key_to_door_without_the_key_the_door_is_a_wall():
@@ -93,6 +96,7 @@ def test_key_to_door_without_the_key_the_door_is_a_wall():
     obs, rewards, dones, last = _play(env, params, state, [W, W] + [N, N, S, S] + [N] * 4)
     assert rewards == [0, 0, 10, 10, 0, 0, 0, 0, 0, 0]
     assert not bool(last.door_open)
+    assert not np.asarray(env.episode_success(obs[:-1], obs[1:], jnp.asarray(rewards))).any()
     assert obs[-1, :25].argmax() == 7  # stopped at (1, 2), below the door
     # No respawn: the eaten apple stays eaten.
     assert _planes(env, obs, APPLE).sum(1).tolist()[2:6] == [2, 1, 0, 0]
@@ -134,6 +138,8 @@ def test_visual_match_right_and_wrong_colour_by_hand():
     obs, rewards, dones, _ = _play(env, params, _match_start(env, params, 2), script)
     assert rewards == [0, 0, 1, 0, 0, 0, 0, 0, 0, 10]
     assert dones == [False] * 9 + [True]
+    success = env.episode_success(obs[:-1], obs[1:], jnp.asarray(rewards))
+    assert np.asarray(success).tolist() == [False] * 9 + [True]  # the apple is no success
     # The cue (colour 2 in the top centre) shows at times 0 and 1 only; the three squares at
     # times 4.. (phase 3); nothing of any colour in phase 2.
     colour_planes = [_planes(env, obs, FIRST_COLOUR + i) for i in range(3)]
@@ -282,3 +288,26 @@ def test_bsuite_chains_optimal_and_random_returns(name):
 
 # The engine: tests/test_recurrent.py trains every memory task with --policy gru from the
 # command line.
+
+
+def test_rollout_counts_an_episode_that_succeeded_before_its_last_step():
+    """The engine's ``success_rate`` counts an episode whose door opened at any step, as
+    evaluation does, not only on its last step."""
+    from jaxcredit.agents.rollout import memoryless, reset_runner, rollout
+    from jaxcredit.envs.goals import success_fn
+
+    env = MemoryKeyToDoor(explore_steps=8, distractor_steps=1, final_steps=8)
+    params = env.default_params
+    runner = reset_runner(env, params, jax.random.key(0), 512)
+    uniform = memoryless(lambda obs: jnp.zeros(obs.shape[:-1] + (4,)))
+    _, tr, summary = rollout(env, params, uniform, runner, jax.random.key(1),
+                             3 * env.episode_length, None, success_fn(env))
+    step = np.asarray(env.episode_success(tr.obs, tr.next_obs, tr.reward))
+    done = np.asarray(tr.done)
+    expected, at_last_step, reached = 0, 0, np.zeros(done.shape[1], bool)
+    for t in range(done.shape[0]):
+        reached |= step[t]
+        expected += int((reached & done[t]).sum())
+        at_last_step += int((step[t] & done[t]).sum())
+        reached &= ~done[t]
+    assert int(summary.success_count) == expected > at_last_step

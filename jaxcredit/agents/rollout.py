@@ -40,6 +40,7 @@ class EnvRunner:
       episode_return: ``[N]`` undiscounted return of the running episode so far.
       episode_length: ``[N]`` steps taken in the running episode.
       first: ``[N]`` bool, s_t is the first observation of its episode.
+      reached: ``[N]`` bool, the running episode has reached its goal at some step so far.
       memory: the policy's memory after the steps before s_t, leading axis N (``()`` for a
         memoryless policy).
     """
@@ -49,6 +50,7 @@ class EnvRunner:
     episode_return: Array
     episode_length: Array
     first: Array
+    reached: Array
     memory: Any = ()
 
 
@@ -56,8 +58,9 @@ class EnvRunner:
 class EpisodeSummary:
     """Sums over the episodes that ended inside one rollout window (scalars).
 
-    ``success_count`` counts the ended episodes that reached their goal (goal-conditioned
-    environments, ``jaxcredit.envs.goals``; 0 elsewhere).
+    ``success_count`` counts the ended episodes that reached their goal at any of their steps
+    (goal-conditioned environments and those with ``episode_success``,
+    ``jaxcredit.envs.goals``; 0 elsewhere), as evaluation counts them.
     """
 
     return_sum: Array
@@ -76,7 +79,8 @@ def reset_runner(env: Any, env_params: Any, key: Array, num_envs: int,
         env_state=env_state, obs=obs,
         episode_return=jnp.zeros((num_envs,), jnp.float32),
         episode_length=jnp.zeros((num_envs,), jnp.int32),
-        first=jnp.ones((num_envs,), bool), memory=memory,
+        first=jnp.ones((num_envs,), bool), reached=jnp.zeros((num_envs,), bool),
+        memory=memory,
     )
 
 
@@ -95,7 +99,8 @@ def reset_groups(env: Any, env_params: Any, key: Array, num_envs: int,
         env_state=env_state, obs=obs,
         episode_return=jnp.zeros((num_envs,), jnp.float32),
         episode_length=jnp.zeros((num_envs,), jnp.int32),
-        first=jnp.ones((num_envs,), bool), memory=memory,
+        first=jnp.ones((num_envs,), bool), reached=jnp.zeros((num_envs,), bool),
+        memory=memory,
     )
 
 
@@ -164,15 +169,15 @@ def rollout(
             extras=(None if extras_of is None
                     else extras_of(runner.env_state, action, env_params)),
         )
-        reached = (jnp.zeros_like(done) if success is None
-                   else success(runner.obs, info["final_observation"], reward))
+        reached = runner.reached | (jnp.zeros_like(done) if success is None
+                                    else success(runner.obs, info["final_observation"], reward))
         ended = (jnp.where(done, episode_return, 0.0).sum(),
                  jnp.where(done, episode_length, 0).sum(), done.sum(), (done & reached).sum())
         runner = EnvRunner(
             env_state=env_state, obs=next_obs,
             episode_return=jnp.where(done, 0.0, episode_return),
             episode_length=jnp.where(done, 0, episode_length),
-            first=done, memory=memory,
+            first=done, reached=reached & ~done, memory=memory,
         )
         return runner, (record, ended)
 

@@ -151,5 +151,12 @@ class MemoryKeyToDoor(ThreePhase, DiscreteEnv):
         planes = planes.at[DOOR].set(self.one_hot(self.door_cell) * (phase == 2))
         return planes.reshape(-1)
 
+    def episode_success(self, obs: Array, next_obs: Array, reward: Array) -> Array:
+        """The door opened: a positive reward on a step taken with the door in view (phase 3,
+        where nothing else pays; ``jaxcredit.envs.goals.success_fn``)."""
+        del next_obs
+        door = obs.reshape(obs.shape[:-1] + (NUM_CHANNELS, -1))[..., DOOR, :].any(-1)
+        return door & (reward > 0)
+
     def is_terminated(self, state, params) -> Array:
         return state.time >= self.episode_length

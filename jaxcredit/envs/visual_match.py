@@ -168,5 +168,13 @@ class VisualMatch(ThreePhase, DiscreteEnv):
         planes = planes.at[FIRST_COLOUR:].set(shown + squares)
         return planes.reshape(-1)
 
+    def episode_success(self, obs: Array, next_obs: Array, reward: Array) -> Array:
+        """The matching square touched: a positive reward on a step taken with no apple in
+        view (an apple pays only on a step whose observation shows it, in phase 2; the cue
+        phase pays nothing; ``jaxcredit.envs.goals.success_fn``)."""
+        del next_obs
+        planes = obs.reshape(obs.shape[:-1] + (FIRST_COLOUR + self.num_colours, -1))
+        return ~planes[..., APPLE, :].any(-1) & (reward > 0)
+
     def is_terminated(self, state, params) -> Array:
         return state.time >= self.episode_length
