@@ -16,6 +16,14 @@ the time.
     python experiments/memory_vs_credit/run.py --size done-ent # the same, entropy bonus 0.05
     python experiments/memory_vs_credit/run.py --size cpu      # the length grid
     python experiments/memory_vs_credit/run.py --size cpu --out DIR --publish
+    python experiments/memory_vs_credit/run.py --size ktd-cpu  # three-phase key-to-door, GRU
+
+The second part (``ktd-*`` sizes) is the three-phase key-to-door (``MemoryKeyToDoor``, the CCA
+preset: 15 / 30 / 15 steps, apples worth 1 or 10 per episode, the door 1) with a GRU policy for
+every learner: PPO+GAE at γ = 1 and at a short γ = 0.9, PPO with RUDDER's redistribution, and
+A2C with ``hca_return`` (beside A2C+GAE). The credit models read observations, not the agent's
+memory, and the task has no ground truth (no oracles). Metric: the greedy policy's door rate
+(``eval/success_rate_greedy``: the door opened).
 
 Outputs go to a new folder under ``runs/experiments/`` (or ``--out``, resumable); ``--publish``
 copies the report into ``experiments/memory_vs_credit/results/``.
@@ -34,6 +42,7 @@ import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import EvalConfig, TrainConfig
+from jaxcredit.presets import learner_fields
 
 HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/success_rate_greedy"
@@ -46,6 +55,12 @@ POLICIES = ("mlp", "gru", "lstm")
 # same run with the bonus at 0.05, the setting of the grid. "cpu" is the grid, at 16 envs × 64
 # steps per update and a budget that fits a 2-core machine.
 ENTROPY = {"ent_coef": 0.05}
+# The key-to-door learners: (preset learner, hyper-parameters on top of ENTROPY).
+KTD_LEARNERS = {"PPO+GAE γ=1": ("PPO+GAE", {"gamma": 1.0}),
+                "PPO+GAE γ=0.9": ("PPO+GAE", {"gamma": 0.9}),
+                "PPO+RUDDER": ("PPO+RUDDER", {"gamma": 1.0}),
+                "A2C+GAE γ=1": ("A2C+GAE", {"gamma": 1.0}),
+                "A2C+hca_return": ("hca_return", {"gamma": 1.0})}
 SIZES = {
     "smoke": dict(timesteps=16 * 64 * 10, seeds=2, passive=(3,), active=(), policies=("mlp", "gru"),
                   num_envs=16, num_steps=64, hparams=ENTROPY),
@@ -55,6 +70,12 @@ SIZES = {
                      policies=("mlp", "gru"), num_envs=4, num_steps=128, hparams=ENTROPY),
     "cpu": dict(timesteps=500_000, seeds=4, passive=(5, 10, 20, 40), active=(5, 10, 20),
                 policies=POLICIES, num_envs=16, num_steps=64, hparams=ENTROPY),
+    # Whole 60-step episodes per window: RUDDER and hca_return read whole episodes.
+    "ktd-smoke": dict(timesteps=16 * 60 * 4, seeds=2, passive=(), active=(), policies=(),
+                      num_envs=16, num_steps=60, hparams=ENTROPY,
+                      ktd=("PPO+GAE γ=1", "PPO+RUDDER")),
+    "ktd-cpu": dict(timesteps=500_000, seeds=4, passive=(), active=(), policies=(),
+                    num_envs=16, num_steps=60, hparams=ENTROPY, ktd=tuple(KTD_LEARNERS)),
 }
 
 
@@ -64,7 +85,7 @@ class Args(X.OutputArgs):
     docstring)."""
 
     size: str = "cpu"
-    """smoke | done | done-ent | cpu"""
+    """smoke | done | done-ent | cpu | ktd-smoke | ktd-cpu"""
     seeds: Optional[int] = None
     """seeds per run (default: the size's)"""
     policies: tuple[str, ...] = ()
@@ -90,6 +111,22 @@ def case(kind: str, length: int, policy: str, size: dict) -> X.Case:
                   labels={"task": f"{kind} L={length}", "learner": policy})
 
 
+def ktd_case(label: str, size: dict) -> X.Case:
+    if label not in KTD_LEARNERS:
+        raise ValueError(f"unknown key-to-door learner {label!r}; known: "
+                         f"{', '.join(KTD_LEARNERS)}")
+    preset, hparams = KTD_LEARNERS[label]
+    updates = size["timesteps"] // (size["num_envs"] * size["num_steps"])
+    config = TrainConfig.from_flat(**learner_fields(
+        preset, env="MemoryKeyToDoor", env_options=(("preset", "cca"),), policy="gru",
+        num_envs=size["num_envs"], num_steps=size["num_steps"],
+        total_timesteps=size["timesteps"], eval_every=max(1, updates // 20), eval_episodes=32))
+    slug = label.replace("+", "_").replace(" ", "_").replace("γ=", "gamma")
+    return X.Case(name=f"key_to_door/{slug}", config=config,
+                  settings=({**size["hparams"], **hparams},),
+                  labels={"task": "MemoryKeyToDoor cca", "learner": label})
+
+
 def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     tasks = list(dict.fromkeys(c.labels["task"] for c in cases))
     learners = list(dict.fromkeys(c.labels["learner"] for c in cases))
@@ -102,6 +139,7 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
             "final": X.final(run_dir, METRIC, last=2).tolist(),
             "final_sampled": X.final(run_dir, "eval/success_rate", last=2).tolist(),
             "area": X.area(run_dir, METRIC).tolist(),
+            "final_return": X.final(run_dir, "eval/return_greedy", last=2).tolist(),
             "solved": (X.final(run_dir, METRIC, last=1) >= 0.9).astype(float).tolist()}
 
     def cell(key):
@@ -110,14 +148,18 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
             return "" if entry is None else X.mean_ci_cell(np.asarray(entry[key]), 2)
         return fn
 
-    lines = [f"Memory vs credit, size '{meta['size']}': {meta['seeds']} seeds per cell, "
+    lines = [f"Memory vs credit, size '{meta['size']}' (T-Maze success: the final turn onto the "
+             "cue's arm; key-to-door success: the door opened): "
+             f"{meta['seeds']} seeds per cell, "
              f"{meta['timesteps']:,} env steps, {meta['num_envs']} envs × {meta['num_steps']} "
-             f"steps per update, PPO+GAE, hyper-parameters {meta['hparams'] or 'the defaults'}; "
-             "mean ± 95% CI (Student t) over seeds. Chance (a memoryless walk to the junction "
+             f"steps per update, hyper-parameters {meta['hparams'] or 'the defaults'} (T-Maze: "
+             "PPO+GAE; key-to-door: each learner's, γ as its label says); mean ± 95% CI "
+             "(Student t) over seeds. In the T-Maze, chance (a memoryless walk to the junction "
              "that turns at random) is 0.5.", ""]
     for key, title in (("final", "Final greedy success rate (mean of the last 2 evaluations)"),
                        ("final_sampled", "Final sampled success rate (last 2 evaluations)"),
                        ("area", "Mean greedy success rate over training (area)"),
+                       ("final_return", "Final greedy return (mean of the last 2 evaluations)"),
                        ("solved", "Share of seeds whose last greedy success rate ≥ 0.9")):
         lines += [f"### {title}", ""] + X.markdown_table(learners, tasks, cell(key)) + [""]
     # Each size publishes files of its own into results/ (table_done.md, table_cpu.md, ...).
@@ -140,7 +182,8 @@ def main(argv=None) -> int:
         passive = args.passive or size["passive"]
         active = args.active or size["active"]
         cases = ([case("passive", L, p, size) for L in passive for p in policies]
-                 + [case("active", L, p, size) for L in active for p in policies])
+                 + [case("active", L, p, size) for L in active for p in policies]
+                 + [ktd_case(label, size) for label in size.get("ktd", ())])
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
