@@ -133,6 +133,27 @@ def area(run_dir: pathlib.Path, metric: str, setting: int = 0) -> np.ndarray:
     return np.nanmean(values, axis=1)
 
 
+def case_results(out: pathlib.Path, cases: Sequence[Case], metric: str, last: int = 2,
+                 solved_above: float = 0.9) -> tuple[list[str], list[str], dict]:
+    """The report's raw numbers of cases labelled ``task`` and ``learner``: ``(tasks,
+    learners, {"task|learner": {...}})`` in the cases' order, each entry with ``metric``'s
+    ``env_steps`` and per-seed ``curve``, its ``final`` (mean of the last ``last`` points),
+    ``area`` and ``solved`` (the last point ≥ ``solved_above``), per seed, as lists. A
+    script adds its own entries to them."""
+    tasks = list(dict.fromkeys(c.labels["task"] for c in cases))
+    learners = list(dict.fromkeys(c.labels["learner"] for c in cases))
+    results = {}
+    for c in cases:
+        run_dir = pathlib.Path(out) / c.name
+        steps, curve = curves(run_dir, metric)
+        results[f"{c.labels['task']}|{c.labels['learner']}"] = {
+            "env_steps": steps.tolist(), "curve": curve.tolist(),
+            "final": final(run_dir, metric, last=last).tolist(),
+            "area": area(run_dir, metric).tolist(),
+            "solved": (final(run_dir, metric, last=1) >= solved_above).astype(float).tolist()}
+    return tasks, learners, results
+
+
 def publish(out: pathlib.Path, results: pathlib.Path, files: Sequence[str],
             force: bool = False) -> list[pathlib.Path]:
     """Copies report ``files`` from ``out`` into the committed ``results`` folder.

@@ -128,19 +128,12 @@ def ktd_case(label: str, size: dict) -> X.Case:
 
 
 def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
-    tasks = list(dict.fromkeys(c.labels["task"] for c in cases))
-    learners = list(dict.fromkeys(c.labels["learner"] for c in cases))
-    results = {}
+    tasks, learners, results = X.case_results(out, cases, METRIC)
     for c in cases:
         run_dir = out / c.name
-        steps, curve = X.curves(run_dir, METRIC)
-        results[f"{c.labels['task']}|{c.labels['learner']}"] = {
-            "env_steps": steps.tolist(), "curve": curve.tolist(),
-            "final": X.final(run_dir, METRIC, last=2).tolist(),
-            "final_sampled": X.final(run_dir, "eval/success_rate", last=2).tolist(),
-            "area": X.area(run_dir, METRIC).tolist(),
-            "final_return": X.final(run_dir, "eval/return_greedy", last=2).tolist(),
-            "solved": (X.final(run_dir, METRIC, last=1) >= 0.9).astype(float).tolist()}
+        results[f"{c.labels['task']}|{c.labels['learner']}"].update(
+            final_sampled=X.final(run_dir, "eval/success_rate", last=2).tolist(),
+            final_return=X.final(run_dir, "eval/return_greedy", last=2).tolist())
 
     def cell(key):
         def fn(learner, task):

@@ -20,7 +20,7 @@ from flax import struct
 from gymnax.environments import environment
 
 from jaxcredit.envs.base import DiscreteEnv
-from jaxcredit.envs.three_phase import PRESETS, ThreePhase
+from jaxcredit.envs.three_phase import PRESETS, ThreePhase, ThreePhaseParams
 
 Array = jax.Array
 
@@ -42,12 +42,8 @@ class MemoryKeyToDoorState(environment.EnvState):
 
 
 @struct.dataclass
-class MemoryKeyToDoorParams(environment.EnvParams):
-    apple_reward_low: float = 1.0
-    apple_reward_high: float = 10.0
-    respawn_every: int = 20
-    final_reward: float = 10.0
-    max_steps_in_episode: int = 120
+class MemoryKeyToDoorParams(ThreePhaseParams):
+    """The three-phase reward laws (:class:`~jaxcredit.envs.three_phase.ThreePhaseParams`)."""
 
 
 class MemoryKeyToDoor(ThreePhase, DiscreteEnv):

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment
 
 Array = jax.Array
 
@@ -53,6 +55,18 @@ PRESETS = {
     "sr": dict(explore_steps=15, distractor_steps=60, final_steps=10, apple_reward_low=1.0,
                apple_reward_high=1.0, respawn_every=20, final_reward=5.0),
 }
+
+
+@struct.dataclass
+class ThreePhaseParams(environment.EnvParams):
+    """The reward laws of a three-phase task (defaults: the ``tvt`` preset; a task's
+    ``default_params`` sets its preset's)."""
+
+    apple_reward_low: float = 1.0
+    apple_reward_high: float = 10.0
+    respawn_every: int = 20
+    final_reward: float = 10.0
+    max_steps_in_episode: int = 120
 
 
 class ThreePhase:
