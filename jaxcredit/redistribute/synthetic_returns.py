@@ -205,6 +205,38 @@ def _numbers(value: Any, name: str) -> tuple[int, ...]:
     return widths
 
 
+def make_networks(memory_size: int, hidden_layers: Sequence[int],
+                  embedding_layers: Sequence[int]) -> dict[str, Head]:
+    """The embedding c = f(observation) and the three heads s, g (before its sigmoid) and b."""
+    return {"embedding": Head(tuple(embedding_layers), memory_size),
+            "synthetic_return": Head(tuple(hidden_layers), 1),
+            "gate": Head(tuple(hidden_layers), 1),
+            "bias": Head(tuple(hidden_layers), 1)}
+
+
+def _flat(obs: Array, batch_ndim: int) -> Array:
+    return obs.reshape(obs.shape[:batch_ndim] + (-1,)).astype(jnp.float32)
+
+
+def outputs(networks: dict[str, Head], params: Any, obs: Array, done: Array,
+            embeddings: Array, count: Array, capacity: int):
+    """The model on a window: ``(s, r̂, g, c)``, each ``[T, N]`` (c: ``[T, N, E]``).
+
+    ``embeddings`` ``[M, N, E]`` and ``count`` ``[N]`` are the memory the window starts from
+    (:class:`SyntheticReturnsMemory`). The summed s values read their embeddings under
+    ``stop_gradient`` (module docstring); g and b read c_t with its gradient.
+    """
+    def head(name: str, c: Array) -> Array:
+        return networks[name].apply(params[name], c)[..., 0]
+
+    c = networks["embedding"].apply(params["embedding"], _flat(obs, 2))
+    s = head("synthetic_return", jax.lax.stop_gradient(c))
+    sums = past_sums(s, done, head("synthetic_return", jax.lax.stop_gradient(embeddings)),
+                     count, capacity)
+    gate = jax.nn.sigmoid(head("gate", c))
+    return s, predicted_reward(gate, sums, head("bias", c)), gate, c
+
+
 def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int = 300,
                            memory_size: int = 128,
                            hidden_layers: Sequence[int] | str = (128, 128),
@@ -230,26 +262,11 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
                          f"{memory_size}")
     hidden_layers = _numbers(hidden_layers, "hidden_layers")
     embedding_layers = _numbers(embedding_layers, "embedding_layers")
-    networks = {
-        "embedding": Head(embedding_layers, memory_size),
-        "synthetic_return": Head(hidden_layers, 1),
-        "gate": Head(hidden_layers, 1),
-        "bias": Head(hidden_layers, 1),
-    }
-
-    def flat(obs: Array, batch_ndim: int) -> Array:
-        return obs.reshape(obs.shape[:batch_ndim] + (-1,)).astype(jnp.float32)
-
-    def head(params, name: str, c: Array) -> Array:
-        return networks[name].apply(params[name], c)[..., 0]
-
-    def embed(params, obs: Array) -> Array:
-        """``[T, N, E]`` c_t of a window's observations."""
-        return networks["embedding"].apply(params["embedding"], flat(obs, 2))
+    networks = make_networks(memory_size, hidden_layers, embedding_layers)
 
     def init(key: Array, example: Trajectory):
         keys = jax.random.split(key, 4)
-        x = flat(example.obs[0], 1)
+        x = _flat(example.obs[0], 1)
         c = jnp.zeros((x.shape[0], memory_size), jnp.float32)
         params = {"embedding": networks["embedding"].init(keys[0], x)}
         for k, name in zip(keys[1:], ("synthetic_return", "gate", "bias")):
@@ -267,13 +284,7 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
             window_count=count, filled=jnp.bool_(False))
 
     def model(params, obs: Array, done: Array, embeddings: Array, count: Array):
-        """``(s, r̂, g, c)`` of a window, from the embeddings it starts from."""
-        c = embed(params, obs)
-        s = head(params, "synthetic_return", jax.lax.stop_gradient(c))
-        sums = past_sums(s, done, head(params, "synthetic_return", embeddings), count,
-                         capacity)
-        gate = jax.nn.sigmoid(head(params, "gate", c))
-        return s, predicted_reward(gate, sums, head(params, "bias", c)), gate, c
+        return outputs(networks, params, obs, done, embeddings, count, capacity)
 
     def redistribute(params, traj: Trajectory, key: Array, memory: SyntheticReturnsMemory):
         """``(trajectory with r̃, memory after the window, metrics)``."""
