@@ -241,7 +241,8 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
                            memory_size: int = 128,
                            hidden_layers: Sequence[int] | str = (128, 128),
                            embedding_layers: Sequence[int] | str = (128,)) -> Redistributor:
-    """Synthetic Returns (Raposo et al. 2021) as a redistributor (module docstring).
+    """Synthetic Returns (Raposo et al. 2021): r̃ = α s + β r, s fitted by regressing each reward
+    on the episode's earlier states (module docstring).
 
     Args:
       alpha: weight of the synthetic return in r̃ (reference README: 0.3).
