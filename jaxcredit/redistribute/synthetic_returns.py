@@ -17,9 +17,11 @@ and the agent learns from the augmented reward (under ``stop_gradient``)::
     r̃_t = α · s(c_t) + β · r_t
 
 A reward that only an earlier state predicts is credited to that state: the state's s(c_k)
-rises, and so does r̃_k, the reward of the step that reached it. The paper's interpretability
-claim is that s spikes at the states that follow the decisive actions. r̃ is not
-return-equivalent (RUDDER's is): it adds α · Σ_t s(c_t) to an episode's return.
+rises, and with it r̃_k, the reward of the step taken from s_k (the reference's alignment:
+the reward target of step k is the reward that follows its observation). The action that led
+to s_k sees it one step later, in its return or through the critic's V(s_k). The paper's
+interpretability claim is that s spikes at the states that follow the decisive actions. r̃ is not
+return-equivalent (RUDDER's is): an episode's return becomes β G + α Σ_t s(c_t).
 
 Values taken from the reference (file paths in ``google-deepmind/deepmind-research``):
 
