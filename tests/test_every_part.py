@@ -63,6 +63,11 @@ REDISTRIBUTOR_CASES = {
     "prm": dict(ARITHMETIC, redistribute_options=(("hidden", (16,)), ("pretrain_problems", 64),
                                                   ("pretrain_steps", 5),
                                                   ("pretrain_batch", 16))),
+    "synthetic_returns": dict(algo="a2c", env="DelayedReward-KeyToDoor",
+                              env_options=(("length", 6),), num_envs=4, num_steps=6,
+                              redistribute_options=(("capacity", 8), ("memory_size", 8),
+                                                    ("hidden_layers", (8,)),
+                                                    ("embedding_layers", (8,)))),
 }
 OBJECTIVE_CASES = {"pg": dict(algo="a2c", **CARTPOLE), "ppo": dict(algo="ppo", **CARTPOLE)}
 

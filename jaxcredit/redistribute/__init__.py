@@ -26,10 +26,12 @@ rewards. Its ``loss`` metrics and the
 metrics ``redistribute`` returns are reported as ``redistribute/*``.
 
 Registered: ``rudder`` (:mod:`jaxcredit.redistribute.rudder`, an LSTM return decomposition with
-a lessons buffer) and ``prm`` (:mod:`jaxcredit.redistribute.prm`, step rewards from a process
-reward model). Register another with ``register("name", "package.module:factory")`` and select it
-with ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory is given the
-engine's context (``env``, ``env_params``, ``horizon``, ``group_size``) where it takes it.
+a lessons buffer), ``prm`` (:mod:`jaxcredit.redistribute.prm`, step rewards from a process
+reward model) and ``synthetic_returns`` (:mod:`jaxcredit.redistribute.synthetic_returns`, a
+reward model over the episode's earlier states, Raposo et al. 2021). Register another with
+``register("name", "package.module:factory")`` and select it with
+``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory is given the engine's
+context (``env``, ``env_params``, ``horizon``, ``group_size``) where it takes it.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class Redistributor:
 REDISTRIBUTORS = Registry("redistributor", {
     "rudder": "jaxcredit.redistribute.rudder:make_rudder",
     "prm": "jaxcredit.redistribute.prm:make_prm",
+    "synthetic_returns": "jaxcredit.redistribute.synthetic_returns:make_synthetic_returns",
 })
 
 
