@@ -279,7 +279,9 @@ def test_trains_from_the_command_line_with_a_recurrent_policy(tmp_path):
             "MemoryKeyToDoor", "--env-option", "preset=sr", "--policy", "gru", "--num-envs",
             "2", "--num-steps", "8", "--num-minibatches", "1", "--total-timesteps", "32",
             "--hidden-sizes", "8", "8", "--eval-every", "0", "--out", str(out),
-            "--no-progress"]
+            "--no-progress", "--redistribute-option", "capacity=16",
+            "--redistribute-option", "memory_size=8", "--redistribute-option", "hidden_layers=8",
+            "--redistribute-option", "embedding_layers=8"]
     assert cli.main(argv) == 0
     columns = runlog.read_metrics(out)
     assert np.isfinite(columns["redistribute/prediction_loss"]).all()
