@@ -30,6 +30,18 @@ for _flag in TEST_XLA_FLAGS:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 
+def train_gru_from_cli(out, env: str, options=()) -> dict:
+    """``jaxcredit train`` of two tiny PPO updates with ``--policy gru`` on ``env`` (no
+    evaluation), checked to exit 0; returns the run's metric columns."""
+    from jaxcredit import cli, runlog
+
+    argv = ["train", "--env", env, *options, "--policy", "gru", "--num-envs", "2",
+            "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "32",
+            "--hidden-sizes", "8", "8", "--eval-every", "0", "--out", str(out), "--no-progress"]
+    assert cli.main(argv) == 0, env
+    return runlog.read_metrics(out)
+
+
 def users_xla_env(extra: str = "") -> dict:
     """The environment of a subprocess that runs at the XLA flags users run (without
     TEST_XLA_FLAGS), plus ``extra`` flags: the checks of bit-exact resume and of sharded

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import train_gru_from_cli
 from jaxcredit import envs
 from jaxcredit.envs.delayed_catch import DelayedCatch
 from jaxcredit.envs.memory_key_to_door import APPLE, DOOR, KEY, MemoryKeyToDoor
@@ -286,8 +287,19 @@ def test_bsuite_chains_optimal_and_random_returns(name):
             name, random, total.mean())
 
 
-# The engine: tests/test_recurrent.py trains every memory task with --policy gru from the
-# command line.
+# The engine: each task trains with --policy gru from the command line (the other memory
+# tasks: tests/test_recurrent.py).
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, options", [
+    ("VisualMatch", ("--env-option", "preset=cca")),
+    ("MemoryKeyToDoor", ("--env-option", "preset=cca")),
+    ("DelayedCatch", ("--env-option", "games=2")),
+])
+def test_trains_with_a_recurrent_policy_from_the_command_line(name, options, tmp_path):
+    columns = train_gru_from_cli(tmp_path / name, name, options)
+    assert np.isfinite(columns["loss"]).all() and len(columns["update"]) == 2
 
 
 def test_rollout_counts_an_episode_that_succeeded_before_its_last_step():

@@ -12,6 +12,7 @@ from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.agents.agent_network import first_steps, make_agent_network
 from jaxcredit.agents.host_loop import RunSpec, run_experiment
 from jaxcredit.agents.optimise import _minibatches
+from conftest import train_gru_from_cli
 
 # TMaze with a 3-cell corridor: episodes of 4 steps, so 10-step windows cut episodes anywhere.
 BASE = dict(algo="ppo", env="TMaze", env_options=(("corridor_length", 3),), num_envs=4,
@@ -29,7 +30,7 @@ def test_first_steps_marks_the_window_start_and_every_step_after_an_end():
                                   [[1, 0], [0, 1], [1, 0]])
 
 
-@pytest.mark.parametrize("policy", ["gru", "lstm", "lru"])
+@pytest.mark.parametrize("policy", ["gru", "lru"])  # the LSTM shares the GRU's scanned cell
 def test_rerunning_a_window_gives_the_policy_and_values_the_agent_acted_with(policy):
     eng = engine(policy)
     state = eng.init(jax.random.key(0))
@@ -48,7 +49,7 @@ def test_rerunning_a_window_gives_the_policy_and_values_the_agent_acted_with(pol
                                np.asarray(traj.value[1:])[inside], atol=1e-6)
 
 
-@pytest.mark.parametrize("policy", ["gru", "lru"])
+@pytest.mark.parametrize("policy", ["gru", "lstm", "lru"])
 def test_the_memory_is_zeroed_where_an_episode_starts(policy):
     net = make_agent_network(policy, 4, (8, 8), "relu", 1, 0.0)
     params = net.init(jax.random.key(0), jnp.zeros((2, 2)))
@@ -118,11 +119,10 @@ def test_recurrent_misconfigurations_are_one_line_errors(overrides, message):
                                              **overrides}))
 
 
+# The three-phase tasks and DelayedCatch: tests/test_memory_tasks.py (the same check, run on the
+# other test worker).
 MEMORY_TASKS = (
     ("TMaze", ("--env-option", "corridor_length=3", "--env-option", "active=1")),
-    ("VisualMatch", ("--env-option", "preset=cca")),
-    ("MemoryKeyToDoor", ("--env-option", "preset=cca")),
-    ("DelayedCatch", ("--env-option", "games=2")),
     ("MemoryChain-bsuite", ()),
     ("UmbrellaChain-bsuite", ()),
     ("XMiniGrid", ("--env-option", "env_id=MiniGrid-MemoryS8")),
@@ -130,14 +130,6 @@ MEMORY_TASKS = (
 
 
 def test_every_memory_task_trains_with_a_recurrent_policy_from_the_command_line(tmp_path):
-    from jaxcredit import cli
-
     for env, options in MEMORY_TASKS:
-        out = tmp_path / env
-        argv = ["train", "--env", env, *options, "--policy", "gru", "--num-envs", "2",
-                "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "32",
-                "--hidden-sizes", "8", "8", "--eval-every", "0", "--out", str(out),
-                "--no-progress"]
-        assert cli.main(argv) == 0, env
-        columns = runlog.read_metrics(out)
+        columns = train_gru_from_cli(tmp_path / env, env, options)
         assert np.isfinite(columns["loss"]).all() and len(columns["update"]) == 2, env

@@ -20,10 +20,10 @@ def test_the_adapter_replays_xminigrid_step_for_step():
     obs, state = env.reset(key, params)
     timestep = inner.reset(inner_params, key)
     actions = jax.random.randint(jax.random.key(4), (40,), 0, 6)
+    step, inner_step = jax.jit(env.step_env), jax.jit(inner.step)
     for t, action in enumerate(actions):
-        obs, state, reward, terminated, info = env.step_env(jax.random.key(t), state, action,
-                                                            params)
-        timestep = inner.step(inner_params, timestep, action)
+        obs, state, reward, terminated, info = step(jax.random.key(t), state, action, params)
+        timestep = inner_step(inner_params, timestep, action)
         window = np.asarray(timestep.observation)
         # One-hot (tile, colour) per cell of the 3 × 3 window, flattened.
         cells = np.asarray(obs).reshape(3, 3, 25)

@@ -93,6 +93,25 @@ class AgentNetwork:
         return self.module.apply(params, method=run)
 
 
+def check_policy(policy: str, off_policy: bool, meta_gradient: bool, num_envs: int,
+                 num_minibatches) -> None:
+    """A one-line ValueError where a config cannot run ``policy``: a recurrent policy is for
+    the on-policy learners without the meta-gradient, with minibatches of whole environments."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {list(POLICIES)}")
+    if policy == "mlp":
+        return
+    if off_policy:
+        raise ValueError(f"the off-policy learners have a feed-forward Q-network; --policy "
+                         f"{policy} is for the on-policy learners")
+    if meta_gradient:
+        raise ValueError(f"--meta-gradient differentiates a step on transitions; it has no "
+                         f"sequence form for --policy {policy} yet")
+    if num_minibatches is not None and num_envs % num_minibatches:
+        raise ValueError(f"--policy {policy} takes minibatches of whole environments: "
+                         f"num_minibatches={num_minibatches} must divide num_envs={num_envs}")
+
+
 def make_agent_network(policy: str, num_actions: int, hidden_sizes, activation: str,
                        obs_ndim: int, epsilon: float) -> AgentNetwork:
     """The network of ``TrainConfig.policy``."""

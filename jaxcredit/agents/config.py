@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxcredit.agents.agent_network import POLICIES
+from jaxcredit.agents.agent_network import check_policy
 from jaxcredit.agents.meta_gradient import META_PARAMETERS
 from jaxcredit.agents.stage_config import (EstimatorConfig, EvalConfig, FittedStageConfig,
                                            FlatField, OffPolicyConfig, Options, StageConfig,
@@ -229,7 +229,8 @@ class TrainConfig:
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}")
         activation_fn(self.activation)  # raises on an unknown name
-        self._validate_policy()
+        check_policy(self.policy, self.algo in OFF_POLICY_ALGOS, bool(self.meta_gradient),
+                     self.num_envs, self.num_minibatches)
         if self.algo in OFF_POLICY_ALGOS:
             self._validate_off_policy()
         if self.num_envs % self.group_size:
@@ -249,23 +250,6 @@ class TrainConfig:
             if self.num_envs % minibatches:
                 raise ValueError(f"num_envs={self.num_envs} is not divisible by "
                                  f"{_prefix(name)}fit_minibatches={minibatches}")
-
-    def _validate_policy(self) -> None:
-        """A recurrent policy: on-policy, and minibatches of whole environments."""
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; choose one of {list(POLICIES)}")
-        if self.policy == "mlp":
-            return
-        if self.algo in OFF_POLICY_ALGOS:
-            raise ValueError(f"--algo {self.algo} has a feed-forward Q-network; --policy "
-                             f"{self.policy} is for the on-policy learners")
-        if self.meta_gradient:
-            raise ValueError(f"--meta-gradient differentiates a step on transitions; it has no "
-                             f"sequence form for --policy {self.policy} yet")
-        if self.num_minibatches is not None and self.num_envs % self.num_minibatches:
-            raise ValueError(f"--policy {self.policy} takes minibatches of whole environments: "
-                             f"num_minibatches={self.num_minibatches} must divide "
-                             f"num_envs={self.num_envs}")
 
     def _validate_off_policy(self) -> None:
         """The checks of an off-policy algo across the records (its target, replay, stages)."""
