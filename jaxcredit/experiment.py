@@ -154,6 +154,15 @@ def case_results(out: pathlib.Path, cases: Sequence[Case], metric: str, last: in
     return tasks, learners, results
 
 
+def result_cell(results: dict, key: str, digits: int = 3) -> Callable[[str, str], str]:
+    """The :func:`markdown_table` cell ``(learner, task) -> "mean ± CI"`` of entry ``key`` of
+    :func:`case_results`' numbers (empty where the pair was not run)."""
+    def cell(learner: str, task: str) -> str:
+        entry = results.get(f"{task}|{learner}")
+        return "" if entry is None else mean_ci_cell(np.asarray(entry[key]), digits)
+    return cell
+
+
 def publish(out: pathlib.Path, results: pathlib.Path, files: Sequence[str],
             force: bool = False) -> list[pathlib.Path]:
     """Copies report ``files`` from ``out`` into the committed ``results`` folder.

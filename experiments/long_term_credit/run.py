@@ -82,12 +82,6 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
         entry["final_per_game"] = (np.asarray(entry["final"]) / games).tolist()
         entry["area_per_game"] = (np.asarray(entry["area"]) / games).tolist()
 
-    def cell(key):
-        def fn(learner, task):
-            entry = results.get(f"{task}|{learner}")
-            return "" if entry is None else X.mean_ci_cell(np.asarray(entry[key]), 2)
-        return fn
-
     lines = [f"Delayed Catch, size '{meta['size']}': {meta['seeds']} seeds per cell, "
              f"{meta['timesteps']:,} env steps per seed, A2C with a GRU policy, "
              f"{meta['hparams']}; mean ± 95% CI (Student t) over seeds of the sampled policy's "
@@ -95,7 +89,8 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
              "policy gets −0.6).", ""]
     for key, title in (("final_per_game", "Final return per game (last 2 evaluations)"),
                        ("area_per_game", "Mean return per game over training (area)")):
-        lines += [f"### {title}", ""] + X.markdown_table(learners, tasks, cell(key)) + [""]
+        lines += [f"### {title}", ""] + X.markdown_table(
+            learners, tasks, X.result_cell(results, key, 2)) + [""]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     X.plot_curve_panels(out / "curves.png", {t: {label: (results[f"{t}|{label}"]["env_steps"],

@@ -37,7 +37,6 @@ import pathlib
 import sys
 from typing import Optional
 
-import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
@@ -135,12 +134,6 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
             final_sampled=X.final(run_dir, "eval/success_rate", last=2).tolist(),
             final_return=X.final(run_dir, "eval/return_greedy", last=2).tolist())
 
-    def cell(key):
-        def fn(learner, task):
-            entry = results.get(f"{task}|{learner}")
-            return "" if entry is None else X.mean_ci_cell(np.asarray(entry[key]), 2)
-        return fn
-
     lines = [f"Memory vs credit, size '{meta['size']}' (T-Maze success: the final turn onto the "
              "cue's arm; key-to-door success: the door opened): "
              f"{meta['seeds']} seeds per cell, "
@@ -154,7 +147,8 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
                        ("area", "Mean greedy success rate over training (area)"),
                        ("final_return", "Final greedy return (mean of the last 2 evaluations)"),
                        ("solved", "Share of seeds whose last greedy success rate ≥ 0.9")):
-        lines += [f"### {title}", ""] + X.markdown_table(learners, tasks, cell(key)) + [""]
+        lines += [f"### {title}", ""] + X.markdown_table(
+            learners, tasks, X.result_cell(results, key, 2)) + [""]
     # Each size publishes files of its own into results/ (table_done.md, table_cpu.md, ...).
     files = [f"table_{meta['size']}.md", f"results_{meta['size']}.json",
              f"curves_{meta['size']}.png"]

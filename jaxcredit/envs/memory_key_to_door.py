@@ -20,7 +20,7 @@ from flax import struct
 from gymnax.environments import environment
 
 from jaxcredit.envs.base import DiscreteEnv
-from jaxcredit.envs.three_phase import PRESETS, ThreePhase, ThreePhaseParams
+from jaxcredit.envs.three_phase import ThreePhase, ThreePhaseParams
 
 Array = jax.Array
 
@@ -86,12 +86,7 @@ class MemoryKeyToDoor(ThreePhase, DiscreteEnv):
 
     @property
     def default_params(self) -> MemoryKeyToDoorParams:
-        values = PRESETS[self.preset]
-        return MemoryKeyToDoorParams(
-            apple_reward_low=values["apple_reward_low"],
-            apple_reward_high=values["apple_reward_high"],
-            respawn_every=values["respawn_every"], final_reward=values["final_reward"],
-            max_steps_in_episode=self.episode_length)
+        return self.preset_params(MemoryKeyToDoorParams)
 
     def step_env(self, key, state, action, params):
         phase = self.phase(state.time)

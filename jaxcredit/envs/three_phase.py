@@ -76,6 +76,16 @@ class ThreePhase:
 
     num_actions = 4
 
+    def preset_params(self, params_class: type) -> ThreePhaseParams:
+        """``params_class`` (a :class:`ThreePhaseParams`) with the preset's reward laws and
+        the episode's length as its time limit."""
+        values = PRESETS[self.preset]
+        return params_class(
+            apple_reward_low=values["apple_reward_low"],
+            apple_reward_high=values["apple_reward_high"],
+            respawn_every=values["respawn_every"], final_reward=values["final_reward"],
+            max_steps_in_episode=self.episode_length)
+
     def _init_phases(self, preset, size, explore_steps, distractor_steps, final_steps,
                      num_apples):
         if preset not in PRESETS:

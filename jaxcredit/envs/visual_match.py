@@ -23,7 +23,7 @@ from flax import struct
 from gymnax.environments import environment
 
 from jaxcredit.envs.base import DiscreteEnv
-from jaxcredit.envs.three_phase import PRESETS, ThreePhase, ThreePhaseParams
+from jaxcredit.envs.three_phase import ThreePhase, ThreePhaseParams
 
 Array = jax.Array
 
@@ -101,12 +101,7 @@ class VisualMatch(ThreePhase, DiscreteEnv):
 
     @property
     def default_params(self) -> VisualMatchParams:
-        values = PRESETS[self.preset]
-        return VisualMatchParams(
-            apple_reward_low=values["apple_reward_low"],
-            apple_reward_high=values["apple_reward_high"],
-            respawn_every=values["respawn_every"], final_reward=values["final_reward"],
-            max_steps_in_episode=self.episode_length)
+        return self.preset_params(VisualMatchParams)
 
     def step_env(self, key, state, action, params):
         phase = self.phase(state.time)
