@@ -112,9 +112,7 @@ class MemoryKeyToDoor(ThreePhase, DiscreteEnv):
         has_key = has_key & ~opens
         # Teleport to the next phase's start after its last step.
         time = state.time + 1
-        teleport = (time == self.explore_steps) | (
-            time == self.explore_steps + self.distractor_steps)
-        position = jnp.where(teleport, self.start_cell, position)
+        position = self.enter_phase(time, position)
         new = state.replace(position=position.astype(jnp.int32), has_key=has_key,
                             door_open=state.door_open | opens, apples=apples,
                             last_eaten=last_eaten, time=time)

@@ -108,6 +108,13 @@ class ThreePhase:
     def episode_length(self) -> int:
         return self.explore_steps + self.distractor_steps + self.final_steps
 
+    def enter_phase(self, time: Array, position: Array) -> Array:
+        """The agent's cell at ``time``: the next phase's start cell (the bottom centre) when a
+        phase has just ended, else ``position``."""
+        teleport = (time == self.explore_steps) | (
+            time == self.explore_steps + self.distractor_steps)
+        return jnp.where(teleport, self.start_cell, position)
+
     @property
     def start_cell(self) -> Array:
         """Where phases 2 and 3 start: the bottom centre."""

@@ -122,9 +122,7 @@ class VisualMatch(ThreePhase, DiscreteEnv):
         reward = jnp.where(in_distractor, apple_reward, 0.0) + jnp.where(
             touches & right, params.final_reward, 0.0)
         time = state.time + 1
-        teleport = (time == self.explore_steps) | (
-            time == self.explore_steps + self.distractor_steps)
-        position = jnp.where(teleport, self.start_cell, position)
+        position = self.enter_phase(time, position)
         new = state.replace(position=position.astype(jnp.int32), seen=seen,
                             chosen=state.chosen | touches, apples=apples,
                             last_eaten=last_eaten, time=time)
