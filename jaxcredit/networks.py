@@ -28,12 +28,14 @@ as a sequential loop of unbatched ones (``jax.custom_batching.sequential_vmap``)
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxcredit.policies import ActionDistribution
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": jnp.tanh,
@@ -114,15 +116,42 @@ def epsilon_mixture(logits: jax.Array, epsilon: float) -> jax.Array:
     return jnp.logaddexp(jnp.log1p(-epsilon) + log_pi, jnp.log(epsilon / num_actions))
 
 
+class PolicyHead(nn.Module):
+    """The parameters of π(· | s) from the actor's last layer: categorical logits as they are
+    (or their ε-mixture, :func:`epsilon_mixture`), or a Gaussian's mean and log σ, with a learned
+    state-independent log σ for ``gaussian`` (``jaxcredit.policies``)."""
+
+    distribution: ActionDistribution
+    epsilon: float = 0.0
+
+    @nn.compact
+    def __call__(self, head: jax.Array, target: bool = False) -> jax.Array:
+        if self.distribution.continuous:
+            log_std = None
+            if not self.distribution.state_dependent_std:
+                log_std = self.param("log_std", nn.initializers.zeros,
+                                     (self.distribution.action_dim,))
+            return self.distribution.logits(head, log_std)
+        if self.epsilon > 0 and not target:
+            return epsilon_mixture(head, self.epsilon)
+        return head
+
+
+def _distribution(num_actions: int, distribution: Optional[ActionDistribution]
+                  ) -> ActionDistribution:
+    return distribution or ActionDistribution("categorical", num_actions)
+
+
 class ActorCritic(nn.Module):
-    """Categorical policy logits and a state value from two separate MLP towers.
+    """Policy parameters and a state value from two separate MLP towers.
 
     ``apply(params, obs)`` returns ``(logits [..., A], value [...])``; ``method=ActorCritic.policy``
     and ``method=ActorCritic.value`` evaluate one tower only. With ``epsilon > 0`` the policy is
     the ε-mixture :func:`epsilon_mixture` of the actor's softmax (acting, the stored log-probs,
     the objective and the exact models all read it); ``method=ActorCritic.target_policy`` is
     the actor's softmax alone (what evaluation plays). ``epsilon = 0`` leaves the logits as the
-    actor computes them.
+    actor computes them. With a continuous ``distribution`` the "logits" are a Gaussian's mean
+    and log σ ``[..., 2D]`` (:class:`PolicyHead`); ``num_actions`` is then D.
     """
 
     num_actions: int
@@ -130,19 +159,21 @@ class ActorCritic(nn.Module):
     activation: str = "tanh"
     obs_ndim: int = 1
     epsilon: float = 0.0
+    distribution: Optional[ActionDistribution] = None
 
     def setup(self):
-        self.actor = MLP(self.hidden_sizes, self.num_actions, self.activation, 0.01, self.obs_ndim)
+        law = _distribution(self.num_actions, self.distribution)
+        self.actor = MLP(self.hidden_sizes, law.head_size, self.activation, 0.01, self.obs_ndim)
         self.critic = MLP(self.hidden_sizes, 1, self.activation, 1.0, self.obs_ndim)
+        self.head = PolicyHead(law, self.epsilon)
 
     def policy(self, obs: jax.Array) -> jax.Array:
-        """Logits of the behaviour policy π(· | s) (the ε-mixture when ``epsilon > 0``)."""
-        logits = self.actor(obs)
-        return epsilon_mixture(logits, self.epsilon) if self.epsilon > 0 else logits
+        """Parameters of the behaviour policy π(· | s) (the ε-mixture when ``epsilon > 0``)."""
+        return self.head(self.actor(obs))
 
     def target_policy(self, obs: jax.Array) -> jax.Array:
-        """Logits of the actor's own softmax policy, without the exploration mixture."""
-        return self.actor(obs)
+        """Parameters of the actor's own policy, without the exploration mixture."""
+        return self.head(self.actor(obs), target=True)
 
     def value(self, obs: jax.Array) -> jax.Array:
         """V(s)."""
@@ -241,14 +272,17 @@ class RecurrentActorCritic(nn.Module):
     obs_ndim: int = 1
     epsilon: float = 0.0
     cell: str = "gru"
+    distribution: Optional[ActionDistribution] = None
 
     def setup(self):
         width = self.hidden_sizes[0]
+        law = _distribution(self.num_actions, self.distribution)
         self.encoder = MLP((), width, self.activation, np.sqrt(2.0), self.obs_ndim)
         self.core = (LinearRecurrentCore(width) if self.cell == "lru"
                      else ScannedCell(self.cell, width))
-        self.actor = MLP(self.hidden_sizes[1:], self.num_actions, self.activation, 0.01)
+        self.actor = MLP(self.hidden_sizes[1:], law.head_size, self.activation, 0.01)
         self.critic = MLP(self.hidden_sizes[1:], 1, self.activation, 1.0)
+        self.head = PolicyHead(law, self.epsilon)
 
     def unroll(self, memory, obs: jax.Array, first: jax.Array):
         """``(last memory, (memories [T, B, ...], outputs [T, B, width]))`` over the window."""
@@ -258,10 +292,7 @@ class RecurrentActorCritic(nn.Module):
     def heads(self, outputs: jax.Array, target: bool = False) -> tuple[jax.Array, jax.Array]:
         """Logits (the behaviour policy's, or the actor's own with ``target``) and V, from the
         core's outputs."""
-        logits = self.actor(outputs)
-        if self.epsilon > 0 and not target:
-            logits = epsilon_mixture(logits, self.epsilon)
-        return logits, self.critic(outputs)[..., 0]
+        return self.head(self.actor(outputs), target), self.critic(outputs)[..., 0]
 
     def next_value(self, memories, next_obs: jax.Array) -> jax.Array:
         """V(s'_{t+1}) for every t: one more step from the memory after step t on the next

@@ -27,7 +27,7 @@ FLAGS_BEFORE_RECORDS = (
     "n_step", "dueling", "huber", "eval_every", "eval_episodes", "eval_max_steps",
 )
 # Fields added since, listed after those (HELP_ORDER does not rank them).
-FLAGS_ADDED = ("policy", "meta_gradient")
+FLAGS_ADDED = ("policy", "action_dist", "normalize_env", "meta_gradient")
 
 # A resolved config's ``config.json`` entry as the flat TrainConfig wrote it (written by the
 # revision before the records, every record's fields away from their defaults somewhere).
@@ -124,7 +124,8 @@ def test_an_old_flat_config_dict_still_reads():
     assert config.resolved() == config
     # It is the config the flat names give (fields added since at their defaults), and what
     # it writes now reads back the same.
-    assert config.flat() == {**OLD_FLAT_DICT, "meta_gradient": (), "policy": "mlp", **{
+    assert config.flat() == {**OLD_FLAT_DICT, "meta_gradient": (), "policy": "mlp",
+                             "action_dist": None, "normalize_env": None, **{
         name: tuple((k, tuple(v) if isinstance(v, list) else v)
                     for k, v in sorted(OLD_FLAT_DICT[name].items())) for name in OPTION_FIELDS},
         "hidden_sizes": (8,)}

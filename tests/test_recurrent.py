@@ -12,6 +12,7 @@ from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.agents.agent_network import first_steps, make_agent_network
 from jaxcredit.agents.host_loop import RunSpec, run_experiment
 from jaxcredit.agents.optimise import _minibatches
+from jaxcredit.policies import ActionDistribution
 from conftest import train_gru_from_cli
 
 # TMaze with a 3-cell corridor: episodes of 4 steps, so 10-step windows cut episodes anywhere.
@@ -51,7 +52,7 @@ def test_rerunning_a_window_gives_the_policy_and_values_the_agent_acted_with(pol
 
 @pytest.mark.parametrize("policy", ["gru", "lstm", "lru"])
 def test_the_memory_is_zeroed_where_an_episode_starts(policy):
-    net = make_agent_network(policy, 4, (8, 8), "relu", 1, 0.0)
+    net = make_agent_network(policy, ActionDistribution("categorical", 4), (8, 8), "relu", 1, 0.0)
     params = net.init(jax.random.key(0), jnp.zeros((2, 2)))
     obs = jax.random.uniform(jax.random.key(1), (5, 2, 2))
     first = jnp.zeros((5, 2), bool).at[3].set(True)

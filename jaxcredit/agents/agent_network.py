@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcredit.networks import CELLS, ActorCritic, RecurrentActorCritic, initial_memory
+from jaxcredit.policies import ActionDistribution
 
 Array = jax.Array
 POLICIES = ("mlp",) + CELLS
@@ -112,15 +113,21 @@ def check_policy(policy: str, off_policy: bool, meta_gradient: bool, num_envs: i
                          f"num_minibatches={num_minibatches} must divide num_envs={num_envs}")
 
 
-def make_agent_network(policy: str, num_actions: int, hidden_sizes, activation: str,
-                       obs_ndim: int, epsilon: float) -> AgentNetwork:
-    """The network of ``TrainConfig.policy``."""
+def make_agent_network(policy: str, distribution: ActionDistribution, hidden_sizes,
+                       activation: str, obs_ndim: int, epsilon: float) -> AgentNetwork:
+    """The network of ``TrainConfig.policy`` with the policy head of ``distribution``."""
+    if distribution.continuous and epsilon > 0:
+        raise ValueError("policy_epsilon mixes the categorical policy with the uniform one; "
+                         "continuous actions have no such mixture")
+    # A categorical head is the modules' default (distribution=None): the same parameters.
+    law = distribution if distribution.continuous else None
+    size = distribution.action_dim
     if policy == "mlp":
-        module = ActorCritic(num_actions, hidden_sizes, activation, obs_ndim=obs_ndim,
-                             epsilon=epsilon)
+        module = ActorCritic(size, hidden_sizes, activation, obs_ndim=obs_ndim, epsilon=epsilon,
+                             distribution=law)
     elif policy in CELLS:
-        module = RecurrentActorCritic(num_actions, tuple(hidden_sizes), activation,
-                                      obs_ndim=obs_ndim, epsilon=epsilon, cell=policy)
+        module = RecurrentActorCritic(size, tuple(hidden_sizes), activation, obs_ndim=obs_ndim,
+                                      epsilon=epsilon, cell=policy, distribution=law)
     else:
         raise ValueError(f"unknown policy {policy!r}; choose one of {POLICIES}")
     return AgentNetwork(module, policy)

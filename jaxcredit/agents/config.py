@@ -36,7 +36,7 @@ from jaxcredit.agents.agent_network import check_policy
 from jaxcredit.agents.meta_gradient import META_PARAMETERS
 from jaxcredit.agents.stage_config import (EstimatorConfig, EvalConfig, FittedStageConfig,
                                            FlatField, OffPolicyConfig, Options, StageConfig,
-                                           check_count, record_fields)
+                                           check_count, check_off_policy, record_fields)
 from jaxcredit.networks import activation_fn
 
 # Presets: what `algo` fills in for the fields left as None.
@@ -53,8 +53,8 @@ ALGO_PRESETS = {
                       num_steps=128, anneal_lr=True),
     # DQN (off-policy engine, jaxcredit.agents.dqn): one env step per update, replay, a Q-learning
     # target. `estimator` names the target: double_q (Double DQN) or q_learning (DQN).
-    "dqn": dict(estimator="double_q", update_epochs=1,
-                num_minibatches=1, critic=False, normalize_advantage=False,
+    "dqn": dict(estimator="double_q", update_epochs=1, num_minibatches=1, critic=False,
+                normalize_advantage=False,
                 clip_value_loss=False, num_steps=1, anneal_lr=False),
 }
 OFF_POLICY_ALGOS = ("dqn",)
@@ -116,6 +116,12 @@ class TrainConfig:
     hidden_sizes[0] units, the cell of that width, then actor and critic heads over
     hidden_sizes[1:]; minibatches of whole sequences; lru is memax's linear recurrent unit,
     run by an associative scan)"""
+    action_dist: Optional[str] = None
+    """the policy's law of actions (docs/continuous.md): categorical (discrete; their default) |
+    gaussian (Box; their default) | gaussian_state | tanh_gaussian | tanh_gaussian_state"""
+    normalize_env: Optional[bool] = None
+    """normalise observations and rewards by running statistics across the environments (PureJaxRL's
+    NormalizeVec*; jaxcredit.agents.normalize); default: on for continuous actions only"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """widths of the actor's and the critic's MLP towers (see policy for the recurrent layout)"""
     activation: str = "tanh"
@@ -232,7 +238,7 @@ class TrainConfig:
         check_policy(self.policy, self.algo in OFF_POLICY_ALGOS, bool(self.meta_gradient),
                      self.num_envs, self.num_minibatches)
         if self.algo in OFF_POLICY_ALGOS:
-            self._validate_off_policy()
+            check_off_policy(self, Q_TARGETS)
         if self.num_envs % self.group_size:
             raise ValueError(f"group_size={self.group_size} does not divide "
                              f"num_envs={self.num_envs}")
@@ -250,35 +256,6 @@ class TrainConfig:
             if self.num_envs % minibatches:
                 raise ValueError(f"num_envs={self.num_envs} is not divisible by "
                                  f"{_prefix(name)}fit_minibatches={minibatches}")
-
-    def _validate_off_policy(self) -> None:
-        """The checks of an off-policy algo across the records (its target, replay, stages)."""
-        off = self.off_policy
-        if self.estimator.name not in Q_TARGETS:
-            raise ValueError(f"--algo {self.algo} learns Q by a Q-learning target; choose "
-                             f"--estimator {' or '.join(Q_TARGETS)}, got "
-                             f"{self.estimator.name!r}")
-        if self.objective is not None:
-            raise ValueError(f"--algo {self.algo} regresses Q on its target; it takes no "
-                             f"--objective (got {self.objective!r})")
-        if self.group_size > 1:
-            raise ValueError(f"--algo {self.algo} learns from replayed transitions, not from "
-                             f"groups of episodes; group_size must be 1, got {self.group_size}")
-        if self.redistribute.name:
-            raise ValueError(f"--algo {self.algo} has no redistribute stage yet (rewards are "
-                             "relabelled at sample time only)")
-        if self.burn_in_updates or self.model_warmup_updates:
-            raise ValueError(f"--algo {self.algo} waits with learning_starts; burn_in_updates "
-                             "and model_warmup_updates are for the on-policy learners")
-        if self.meta_gradient:
-            raise ValueError(f"--algo {self.algo} has no meta-gradient (it adapts the on-policy "
-                             "learners' γ and λ)")
-        if off.buffer_size < off.batch_size:
-            raise ValueError(f"buffer_size={off.buffer_size} is smaller than one batch "
-                             f"(batch_size={off.batch_size})")
-        if off.buffer_size < self.num_envs:
-            raise ValueError(f"buffer_size={off.buffer_size} holds less than one step of "
-                             f"the {self.num_envs} environments")
 
     @property
     def num_updates(self) -> int:

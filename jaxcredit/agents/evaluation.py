@@ -16,13 +16,16 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from jaxcredit.policies import ActionDistribution
+
 Array = jax.Array
 
 
 def play_episodes(env: Any, env_params: Any, policy: Callable[[Any, Array, Array], Any],
                   key: Array, num_episodes: int, max_steps: int,
                   success: Optional[Callable[[Array, Array, Array], Array]] = None,
-                  memory: Any = ()) -> dict[str, Array]:
+                  memory: Any = (),
+                  distribution: Optional[ActionDistribution] = None) -> dict[str, Array]:
     """``num_episodes`` sampled and ``num_episodes`` greedy episodes (module docstring).
 
     Args:
@@ -36,6 +39,9 @@ def play_episodes(env: Any, env_params: Any, policy: Callable[[Any, Array, Array
         ``success_rate`` and ``success_rate_greedy``, the fractions of episodes that reached
         their goal.
       memory: the policy's memory of 2E fresh episodes (``()`` for a memoryless policy).
+      distribution: the law of actions given the policy's outputs (None: categorical); the
+        greedy episodes play its mode (the Gaussian's mean), both kinds go to the environment
+        through ``distribution.to_env``.
 
     Returns:
       ``{"return", "return_greedy", "length"}`` scalars (and the success rates).
@@ -51,10 +57,11 @@ def play_episodes(env: Any, env_params: Any, policy: Callable[[Any, Array, Array
         obs, env_state, alive, ret, length, reached, memory, first = carry
         act_key, env_key = jax.random.split(step_key)
         memory, logits = policy(memory, obs, first)
-        action = jnp.where(greedy, jnp.argmax(logits, -1),
-                           jax.random.categorical(act_key, logits))
+        law = distribution or ActionDistribution("categorical", logits.shape[-1])
+        pick = greedy.reshape(greedy.shape + (1,) * len(law.action_shape()))
+        action = jnp.where(pick, law.mode(logits), law.sample(act_key, logits))
         next_obs, env_state, reward, terminated, truncated, info = step_env(
-            jax.random.split(env_key, total), env_state, action, env_params)
+            jax.random.split(env_key, total), env_state, law.to_env(action), env_params)
         ret = ret + jnp.where(alive, reward.astype(jnp.float32), 0.0)
         length = length + alive
         if success is not None:

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxcredit.policies import ActionDistribution
 from jaxcredit.types import Trajectory
 
 Array = jax.Array
@@ -43,6 +44,8 @@ class EnvRunner:
       reached: ``[N]`` bool, the running episode has reached its goal at some step so far.
       memory: the policy's memory after the steps before s_t, leading axis N (``()`` for a
         memoryless policy).
+      normalizer: running statistics of observations and rewards across the environments
+        (``jaxcredit.agents.normalize``), or None (nothing normalised).
     """
 
     env_state: Any
@@ -52,6 +55,7 @@ class EnvRunner:
     first: Array
     reached: Array
     memory: Any = ()
+    normalizer: Any = None
 
 
 @struct.dataclass
@@ -118,6 +122,8 @@ def rollout(
     num_steps: int,
     state_index: Optional[Callable[[Any], Array]] = None,
     success: Optional[Callable[[Array, Array, Array], Array]] = None,
+    distribution: Optional[ActionDistribution] = None,
+    gamma: Any = 0.99,
 ) -> tuple[EnvRunner, Trajectory, EpisodeSummary]:
     """Acts for ``num_steps`` steps in every environment.
 
@@ -131,6 +137,12 @@ def rollout(
       state_index: the environment's ``state_index`` (records ``Trajectory.state``), or None.
       success: ``(obs, next_obs, reward) -> bool [N]`` for goal-conditioned environments
         (``jaxcredit.envs.goals.success_fn``), to count the episodes that reached their goal.
+      distribution: the law of actions given the policy's outputs (``jaxcredit.policies``);
+        None: categorical over the logits. The environment gets ``distribution.to_env`` of the
+        stored action (a continuous sample clipped or squashed onto the action bounds).
+      gamma: γ of the discounted returns whose spread scales the rewards when the runner
+        normalises them (``runner.normalizer``). With a normalizer the policy and the window see
+        normalised observations and rewards; episode returns and ``success`` the raw ones.
 
     Returns:
       ``(runner, transitions [T, N], summary of the episodes that ended)``.
@@ -144,12 +156,17 @@ def rollout(
 
     def one_step(runner: EnvRunner, step_key: Array):
         act_key, env_key = jax.random.split(step_key)
-        memory, logits = policy(runner.memory, runner.obs, runner.first)
-        action = jax.random.categorical(act_key, logits)
-        log_prob = jnp.take_along_axis(
-            jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+        normalizer, seen = runner.normalizer, runner.obs
+        if normalizer is not None:
+            normalizer = normalizer.observe(runner.obs)
+            seen = normalizer.observation(runner.obs)
+        memory, logits = policy(runner.memory, seen, runner.first)
+        law = distribution or ActionDistribution("categorical", logits.shape[-1])
+        action = law.sample(act_key, logits)
+        log_prob = law.log_prob(logits, action)
         next_obs, env_state, reward, terminated, truncated, info = step_env(
-            jax.random.split(env_key, num_envs), runner.env_state, action, env_params)
+            jax.random.split(env_key, num_envs), runner.env_state, law.to_env(action),
+            env_params)
         if "final_observation" not in info:
             raise ValueError(
                 "the environment's step info has no 'final_observation'; the engine needs "
@@ -158,13 +175,17 @@ def rollout(
         done = jnp.logical_or(terminated, truncated)
         episode_return = runner.episode_return + reward
         episode_length = runner.episode_length + 1
+        stored_reward, stored_next = reward, info["final_observation"]
+        if normalizer is not None:
+            normalizer, stored_reward = normalizer.reward(reward, done, gamma)
+            stored_next = normalizer.observation(stored_next)
         # The critic's values are zeros here: the engine evaluates the critic on the whole
         # window after acting (and after relabelling, which may change the observations).
         record = Trajectory(
-            obs=runner.obs, action=action, reward=reward,
+            obs=seen, action=action, reward=stored_reward,
             terminated=terminated.astype(bool), truncated=truncated.astype(bool),
             value=jnp.zeros_like(reward), next_value=jnp.zeros_like(reward),
-            log_prob=log_prob, logits=logits, next_obs=info["final_observation"],
+            log_prob=log_prob, logits=logits, next_obs=stored_next,
             state=None if index_states is None else index_states(runner.env_state),
             extras=(None if extras_of is None
                     else extras_of(runner.env_state, action, env_params)),
@@ -177,7 +198,7 @@ def rollout(
             env_state=env_state, obs=next_obs,
             episode_return=jnp.where(done, 0.0, episode_return),
             episode_length=jnp.where(done, 0, episode_length),
-            first=done, reached=reached & ~done, memory=memory,
+            first=done, reached=reached & ~done, memory=memory, normalizer=normalizer,
         )
         return runner, (record, ended)
 

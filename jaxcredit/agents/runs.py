@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from jaxcredit.agents.config import Hparams, TrainConfig
 from jaxcredit.envs import make as make_env
+from jaxcredit.policies import ActionDistribution, for_space
 
 Array = jax.Array
 
@@ -84,8 +85,18 @@ def discrete_actions(env: Any, env_params: Any, name: str) -> int:
     space = env.action_space(env_params)
     if not hasattr(space, "n"):
         raise ValueError(f"environment {name!r} has a {type(space).__name__} action space; "
-                         "jaxcredit's policies are categorical and need discrete actions")
+                         "--algo dqn needs discrete actions")
     return int(space.n)
+
+
+def action_distribution(env: Any, env_params: Any, config: TrainConfig) -> ActionDistribution:
+    """The policy's law of actions on the environment's action space (``config.action_dist``,
+    by default categorical or a Gaussian, ``jaxcredit.policies.for_space``); a one-line error
+    naming the environment for a space or a distribution that does not fit."""
+    try:
+        return for_space(env.action_space(env_params), config.action_dist)
+    except ValueError as error:
+        raise ValueError(f"environment {config.env!r}: {error}") from None
 
 
 def make_environment(config: TrainConfig, env: Any = None, env_params: Any = None):

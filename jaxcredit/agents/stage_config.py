@@ -199,3 +199,34 @@ class EvalConfig:
             check_count(prefix + "every", self.every, 0, kinds=(int,))
         if self.max_steps is not None and self.max_steps <= 0:
             raise ValueError(f"{prefix}max_steps must be positive, got {self.max_steps!r}")
+
+
+def check_off_policy(config, q_targets) -> None:
+    """The checks of an off-policy ``TrainConfig`` across its records (its Q-learning target,
+    one of ``q_targets``, its replay, the stages it has not); a one-line ValueError."""
+    off = config.off_policy
+    if config.estimator.name not in q_targets:
+        raise ValueError(f"--algo {config.algo} learns Q by a Q-learning target; choose "
+                         f"--estimator {' or '.join(q_targets)}, got "
+                         f"{config.estimator.name!r}")
+    if config.objective is not None:
+        raise ValueError(f"--algo {config.algo} regresses Q on its target; it takes no "
+                         f"--objective (got {config.objective!r})")
+    if config.group_size > 1:
+        raise ValueError(f"--algo {config.algo} learns from replayed transitions, not from "
+                         f"groups of episodes; group_size must be 1, got {config.group_size}")
+    if config.redistribute.name:
+        raise ValueError(f"--algo {config.algo} has no redistribute stage yet (rewards are "
+                         "relabelled at sample time only)")
+    if config.burn_in_updates or config.model_warmup_updates:
+        raise ValueError(f"--algo {config.algo} waits with learning_starts; burn_in_updates "
+                         "and model_warmup_updates are for the on-policy learners")
+    if config.meta_gradient:
+        raise ValueError(f"--algo {config.algo} has no meta-gradient (it adapts the on-policy "
+                         "learners' γ and λ)")
+    if off.buffer_size < off.batch_size:
+        raise ValueError(f"buffer_size={off.buffer_size} is smaller than one batch "
+                         f"(batch_size={off.batch_size})")
+    if off.buffer_size < config.num_envs:
+        raise ValueError(f"buffer_size={off.buffer_size} holds less than one step of "
+                         f"the {config.num_envs} environments")

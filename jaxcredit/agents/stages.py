@@ -9,6 +9,8 @@ a keyword of that name (or ``**kwargs``):
     env, env_params   the environment (COCOA-reward reads its reward values, prm its checker)
     horizon           the episode time limit (HER's replay window, RUDDER's episode length)
     group_size        episodes per task instance (the group baselines)
+    action_distribution  the policy's law of actions (``jaxcredit.policies``): the objective
+                      reads log π and the entropy through it
 
 and the objective's also holds its settings from the config (``critic``,
 ``normalize_advantage``, ``clip_value_loss``).
@@ -29,6 +31,7 @@ from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.exact.ground_truth import exact_unavailable
 from jaxcredit.objectives import Objective, make_objective
+from jaxcredit.policies import ActionDistribution
 from jaxcredit.redistribute import Redistributor, make_redistributor
 from jaxcredit.relabel import Relabeller, make_relabeller
 
@@ -43,10 +46,11 @@ class Stages:
     redistributor: Optional[Redistributor]
 
 
-def stage_context(config: TrainConfig, env: Any, env_params: Any) -> dict[str, Any]:
+def stage_context(config: TrainConfig, env: Any, env_params: Any,
+                  distribution: Optional[ActionDistribution] = None) -> dict[str, Any]:
     """What the engine hands every stage factory that takes it (module docstring)."""
     return {"env": env, "env_params": env_params, "horizon": episode_horizon(env_params),
-            "group_size": config.group_size}
+            "group_size": config.group_size, "action_distribution": distribution}
 
 
 def objective_context(config: TrainConfig, context: dict[str, Any]) -> dict[str, Any]:
@@ -56,10 +60,12 @@ def objective_context(config: TrainConfig, context: dict[str, Any]) -> dict[str,
             "clip_value_loss": config.clip_value_loss}
 
 
-def make_stages(config: TrainConfig, env: Any, env_params: Any) -> Stages:
-    """Builds the on-policy pipeline of a resolved ``config`` on ``env``; a one-line ValueError
-    for a bad name, option or combination."""
-    context = stage_context(config, env, env_params)
+def make_stages(config: TrainConfig, env: Any, env_params: Any,
+                distribution: Optional[ActionDistribution] = None) -> Stages:
+    """Builds the on-policy pipeline of a resolved ``config`` on ``env`` for a policy with the
+    law of actions ``distribution`` (None: categorical); a one-line ValueError for a bad name,
+    option or combination."""
+    context = stage_context(config, env, env_params, distribution)
     objective = make_objective(config.objective, objective_context(config, context))
     estimator = make_estimator(config.estimator.name, context, **dict(config.estimator.options))
     if estimator.episode_windows or config.group_size > 1:
@@ -79,7 +85,21 @@ def make_stages(config: TrainConfig, env: Any, env_params: Any) -> Stages:
         raise ValueError(f"estimator {config.estimator.name!r} has no part to pretrain "
                          f"(estimator_pretrain_steps={config.estimator.pretrain_steps}); "
                          f"cocoa_feature with features=pretrain has")
+    if distribution is not None and distribution.continuous:
+        check_continuous_actions(config, estimator, redistributor)
     return Stages(objective, estimator, relabeller, redistributor)
+
+
+def check_continuous_actions(config: TrainConfig, estimator: Estimator,
+                             redistributor: Optional[Redistributor]) -> None:
+    """A stage that reads actions as indices (hindsight models over A actions, COCOA, the exact
+    models) declares nothing; one that reads no actions, or reads them through
+    ``jaxcredit.policies.action_features``, sets ``continuous_actions``."""
+    for kind, name, stage in (("estimator", config.estimator.name, estimator),
+                              ("redistribute stage", config.redistribute.name, redistributor)):
+        if stage is not None and not getattr(stage, "continuous_actions", False):
+            raise ValueError(f"{kind} {name!r} needs discrete actions; {config.env!r} has "
+                             f"continuous ones")
 
 
 def check_episode_windows(config: TrainConfig, env: Any, env_params: Any,

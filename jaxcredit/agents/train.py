@@ -53,8 +53,9 @@ from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.optimise import flatten_steps, minibatch_loss, objective_batch, optimise
 from jaxcredit.agents.rollout import reset_groups, reset_runner, rollout
-from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
+from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, action_distribution,
                                    make_environment, strong)
+from jaxcredit.agents.normalize import make_normalizer
 from jaxcredit.agents.stages import exact_twin, make_stages
 from jaxcredit.agents.state import AgentState, TrainState, Window
 from jaxcredit.exact import tabular
@@ -126,8 +127,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     if config.algo in OFF_POLICY_ALGOS:
         return make_dqn_engine(config, env, env_params)
     env, env_params = make_environment(config, env, env_params)
-    num_actions = discrete_actions(env, env_params, config.env)
-    stages = make_stages(config, env, env_params)
+    law = action_distribution(env, env_params, config)
+    # Running normalisation: by default for continuous actions only (PureJaxRL's continuous PPO).
+    normalize_env = law.continuous if config.normalize_env is None else config.normalize_env
+    stages = make_stages(config, env, env_params, law)
     objective, estimator = stages.objective, stages.estimator
     relabeller, redistributor = stages.relabeller, stages.redistributor
     episodic = estimator.episode_windows or config.group_size > 1
@@ -142,9 +145,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         reference = gt_lib.make_ground_truth(env.undelayed, env_params, (exact_redistributor,))
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     obs_shape = tuple(env.observation_space(env_params).shape)
-    agent_net = make_agent_network(config.policy, num_actions, config.hidden_sizes,
-                                   config.activation, max(len(obs_shape), 1),
-                                   config.policy_epsilon)
+    agent_net = make_agent_network(config.policy, law, config.hidden_sizes, config.activation,
+                                   max(len(obs_shape), 1), config.policy_epsilon)
     network = agent_net.module
     # A policy table π[s, a] (the oracles, exact returns, credit errors) needs a memoryless policy.
     exact_policy = not agent_net.recurrent
@@ -167,9 +169,10 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         zeros = jnp.zeros((T, N), jnp.float32)
         obs = jnp.zeros((T, N) + obs_shape, obs_dtype)
         return Trajectory(
-            obs=obs, action=jnp.zeros((T, N), jnp.int32), reward=zeros,
-            terminated=zeros.astype(bool), truncated=zeros.astype(bool), value=zeros,
-            next_value=zeros, log_prob=zeros, logits=jnp.zeros((T, N, num_actions), jnp.float32),
+            obs=obs, action=jnp.zeros((T, N) + law.action_shape(), law.action_dtype()),
+            reward=zeros, terminated=zeros.astype(bool), truncated=zeros.astype(bool),
+            value=zeros, next_value=zeros, log_prob=zeros,
+            logits=jnp.zeros((T, N, law.logits_size), jnp.float32),
             next_obs=obs,
             state=None if reference is None else jnp.zeros((T, N), jnp.int32),
             extras=example_extras())
@@ -178,14 +181,16 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         if not hasattr(env, "step_extras"):
             return None
         _, env_state = env.reset(jax.random.key(0), env_params)
-        one = jax.eval_shape(env.step_extras, env_state, jnp.zeros((), jnp.int32), env_params)
+        one = jax.eval_shape(env.step_extras, env_state,
+                             jnp.zeros(law.action_shape(), law.action_dtype()), env_params)
         return jax.tree.map(lambda x: jnp.zeros((T, N) + x.shape, x.dtype), one)
 
     def init(key: Array) -> TrainState:
         net_key, est_key, rd_key, env_key, run_key, eval_key = jax.random.split(key, 6)
-        runner = reset_runner(env, env_params, env_key, N, agent_net.initial_memory(N))
+        runner = reset_runner(env, env_params, env_key, N, agent_net.initial_memory(N)).replace(
+            normalizer=make_normalizer(obs_shape, N, normalize_env, normalize_env))
         agent_params = agent_net.init(net_key, runner.obs)
-        example = example_trajectory(runner.obs.dtype)
+        example = example_trajectory(jnp.float32 if normalize_env else runner.obs.dtype)
         est_params = {} if estimator.is_oracle else estimator.init(est_key, example)
         rd_params = redistributor.init(rd_key, example) if redistributor else {}
         rd_memory = (redistributor.init_memory(example)
@@ -217,7 +222,6 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return traj.replace(value=value, next_value=next_value)
 
     def collect(state: TrainState, hparams: Hparams, key: Array) -> Window:
-        del hparams
         act_key, relabel_key = jax.random.split(key)
 
         def policy(memory, obs, first):
@@ -230,10 +234,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             fresh = agent_net.initial_memory(N)
             runner = (reset_groups(env, env_params, reset_key, N, config.group_size, fresh)
                       if hasattr(env, "reset_to_instance")
-                      else reset_runner(env, env_params, reset_key, N, fresh))
+                      else reset_runner(env, env_params, reset_key, N, fresh)
+                      ).replace(normalizer=state.runner.normalizer)
         start = runner
         runner, traj, episodes = rollout(env, env_params, policy, runner, act_key, T,
-                                         state_index, success)
+                                         state_index, success, law, hparams.gamma)
         if relabeller is not None:
             traj = relabeller.relabel(traj, relabel_key)
         first = first_steps(start.first, traj.done)
@@ -446,11 +451,13 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         play_key, window_key, pair_key, credit_key, rd_key = jax.random.split(key, 5)
 
         def policy(memory, obs, first):  # the target policy: no exploration mixture
+            if state.runner.normalizer is not None:  # the training statistics, frozen
+                obs = state.runner.normalizer.observation(obs)
             return agent_net.act(state.agent.params, memory, obs, first, target=True)
 
         episodes = config.evaluation.episodes
         played = play_episodes(env, env_params, policy, play_key, episodes, eval_steps, success,
-                               agent_net.initial_memory(2 * episodes))
+                               agent_net.initial_memory(2 * episodes), law)
         metrics = {f"eval/{k}": v for k, v in played.items()}
         if reference is not None and exact_policy:
             mdp = reference.mdp()

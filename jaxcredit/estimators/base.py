@@ -90,6 +90,9 @@ class Estimator:
       credit_ratio: ``(params, trajectory, hparams) -> [T, *batch]`` the credit ratio
         ρ = π(a_t|s_t) / h(a_t|s_t, ·) at the actions taken, for estimators built on one
         (return hindsight): the engine reports its error against the exact model's.
+      continuous_actions: True if ``assign`` (and any model) reads no actions, or reads them
+        through ``jaxcredit.policies.action_features``; the engine refuses the others on
+        continuous actions (hindsight models over A actions, COCOA, the exact models).
     """
 
     name: str
@@ -107,6 +110,7 @@ class Estimator:
     credit_ratio: Optional[RatioFn] = None
     pretrain_loss: Optional[LossFn] = None
     pretrained: Optional[Callable[[Any], Any]] = None
+    continuous_actions: bool = False
 
     def __post_init__(self):
         if self.exact_model is not None:

@@ -39,7 +39,7 @@ def gae(method: returns.Method = None) -> Estimator:
             diagnostics={"advantage_mean": advantage.mean(), "advantage_std": advantage.std()},
         )
 
-    return Estimator(name="gae", assign=assign)
+    return Estimator(name="gae", assign=assign, continuous_actions=True)
 
 
 def lambda_returns(method: returns.Method = None) -> Estimator:
@@ -52,7 +52,7 @@ def lambda_returns(method: returns.Method = None) -> Estimator:
             hparams.gamma, hparams.lambda_, method=method)
         return _credit(targets, trajectory)
 
-    return Estimator(name="lambda_returns", assign=assign)
+    return Estimator(name="lambda_returns", assign=assign, continuous_actions=True)
 
 
 def monte_carlo(method: returns.Method = None) -> Estimator:
@@ -68,7 +68,7 @@ def monte_carlo(method: returns.Method = None) -> Estimator:
             hparams.gamma, 1.0, method=method)
         return _credit(targets, trajectory)
 
-    return Estimator(name="mc", assign=assign)
+    return Estimator(name="mc", assign=assign, continuous_actions=True)
 
 
 def n_step(n: int = 5) -> Estimator:
@@ -84,7 +84,7 @@ def n_step(n: int = 5) -> Estimator:
             hparams.gamma, n)
         return _credit(targets, trajectory)
 
-    return Estimator(name="nstep", assign=assign)
+    return Estimator(name="nstep", assign=assign, continuous_actions=True)
 
 
 

@@ -115,7 +115,7 @@ def grpo(group_size: Optional[int] = None, std_normalize: bool = True, ddof: int
                                         {"equal_groups": _equal_share(outcome, K)})
 
     return Estimator(name="grpo" if std_normalize else "dr_grpo", assign=assign,
-                     episode_windows=True)
+                     episode_windows=True, continuous_actions=True)
 
 
 def dr_grpo(group_size: Optional[int] = None) -> Estimator:
@@ -134,4 +134,4 @@ def rloo(group_size: Optional[int] = None) -> Estimator:
         return broadcast_episode_credit(per_episode, trajectory,
                                         {"equal_groups": _equal_share(outcome, K)})
 
-    return Estimator(name="rloo", assign=assign, episode_windows=True)
+    return Estimator(name="rloo", assign=assign, episode_windows=True, continuous_actions=True)

@@ -12,6 +12,9 @@ Per-step, clipped (PPO; Schulman et al. 2017), with r = π_θ(a | s) / μ(a | s)
 
     L = − mean_b  min(r_b Â_b, clip(r_b, 1 − ε, 1 + ε) Â_b)
 
+For continuous actions log π_θ(a | s) is the Gaussian's log-density of the stored action
+(``jaxcredit.policies``); the all-action forms need a categorical policy.
+
 All-action, unclipped (the "all-action" / mean-actor-critic gradient, Sutton et al. 2000; Asadi
 et al. 2017; HCA, Harutyunyan et al. 2019)::
 
@@ -31,8 +34,12 @@ surrogate's expectation over a ~ μ, so per-step PPO is its single-sample Monte-
 
 from __future__ import annotations
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
+
+from jaxcredit.policies import ActionDistribution
 
 Array = jax.Array
 
@@ -58,6 +65,7 @@ def policy_loss(
     behaviour_logits: Array,
     clip_eps: Array,
     clip: bool,
+    distribution: Optional[ActionDistribution] = None,
 ) -> tuple[Array, dict]:
     """Policy-gradient surrogate (module docstring) for per-step or all-action credit.
 
@@ -72,12 +80,16 @@ def policy_loss(
       behaviour_logits: ``[B, A]`` logits of μ (used by the all-action clipped form).
       clip_eps: ε of the ratio clip.
       clip: use the PPO clipped surrogate.
+      distribution: the law of actions given ``logits`` (``jaxcredit.policies``); None:
+        categorical. A continuous one takes per-step credit only.
 
     Returns:
       ``(loss, {"approx_kl", "clip_frac"})``, metrics measured on the action taken.
     """
-    log_pi = jax.nn.log_softmax(logits)
-    log_pi_a = jnp.take_along_axis(log_pi, action[:, None], axis=-1)[:, 0]
+    law = distribution or ActionDistribution("categorical", logits.shape[-1])
+    if law.continuous and advantage.ndim != 1:
+        raise ValueError(f"continuous actions take per-step credit [B]; got {advantage.shape}")
+    log_pi_a = law.log_prob(logits, action)
     log_ratio_a = log_pi_a - behaviour_log_prob
     ratio_a = jnp.exp(log_ratio_a)
     if advantage.ndim == 1:
@@ -87,6 +99,7 @@ def policy_loss(
         else:
             loss = -(log_pi_a * advantage).mean()
     elif advantage.ndim == 2:
+        log_pi = jax.nn.log_softmax(logits)
         if clip:
             log_mu = jax.nn.log_softmax(behaviour_logits)
             ratio = jnp.exp(log_pi - log_mu)
@@ -121,10 +134,13 @@ def value_loss(
     return 0.5 * jnp.maximum(unclipped, jnp.square(moved - target)).mean()
 
 
-def entropy(logits: Array) -> Array:
-    """Mean entropy H(π(· | s)) = − Σ_a π(a|s) log π(a|s) over the batch."""
-    log_pi = jax.nn.log_softmax(logits)
-    return -(jnp.exp(log_pi) * log_pi).sum(-1).mean()
+def entropy(logits: Array, distribution: Optional[ActionDistribution] = None) -> Array:
+    """Mean entropy H(π(· | s)) over the batch: − Σ_a π(a|s) log π(a|s) for the categorical
+    policy (``distribution`` None), the Gaussian's for a continuous one."""
+    if distribution is None:
+        log_pi = jax.nn.log_softmax(logits)
+        return -(jnp.exp(log_pi) * log_pi).sum(-1).mean()
+    return distribution.entropy(logits).mean()
 
 
 def explained_variance(prediction: Array, target: Array) -> Array:
