@@ -30,7 +30,7 @@ def test_every_brax_task_is_registered_and_make_builds_nothing():
 
 
 @pytest.mark.parametrize("task, obs_size, action_size, backend", [
-    ("hopper", 11, 3, "spring"), ("halfcheetah", 17, 6, "spring"), ("ant", 27, 8, "spring"),
+    ("hopper", 11, 3, "spring"), ("walker2d", 17, 6, "spring"), ("ant", 27, 8, "spring"),
     ("swimmer", 8, 2, "generalized"),  # Brax has no spring swimmer: the task's own backend
 ])
 def test_spaces_and_the_default_backend(task, obs_size, action_size, backend):
