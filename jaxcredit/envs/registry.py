@@ -4,7 +4,8 @@ Names are those of gymnax (``CartPole-v1``, ``Catch-bsuite``, ``Breakout-MinAtar
 jaxcredit (``Shortcut``, ``DelayedEffect``, ``AmbiguousBandit``, ``KeyToDoor``,
 ``TaskInterleaving``, ``TreeMDP``, ``GridWorld-v1/v2``, ``DelayedGridWorld-v1/v2``, ``BitFlip``,
 ``GoalGrid``, ``ArithmeticChain``, ``CommandChain``, ``ChainAndSplit``, ``TMaze``,
-``VisualMatch``, ``MemoryKeyToDoor``, ``DelayedCatch``).
+``VisualMatch``, ``MemoryKeyToDoor``, ``DelayedCatch``) and Brax's continuous-control tasks as
+``brax/<task>`` (``brax/hopper``, ``brax/halfcheetah``, ...; ``jaxcredit[control]``).
 jaxcredit environments are imported lazily, by ``"module:Class"`` path.
 
 Keyword arguments are routed by name: those accepted by the environment's constructor fix its
@@ -28,6 +29,7 @@ from typing import Any
 import gymnax
 from gymnax import registration as gymnax_registration
 
+from jaxcredit.envs.brax_env import TASKS as BRAX_TASKS  # names only: brax loads on first use
 from jaxcredit.envs.wrappers import DelayedReward
 from jaxcredit import registry as registry_lib
 from jaxcredit.registry import import_user_module
@@ -62,6 +64,8 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "VisualMatch": _Entry("jaxcredit.envs.visual_match:VisualMatch"),
     "MemoryKeyToDoor": _Entry("jaxcredit.envs.memory_key_to_door:MemoryKeyToDoor"),
     "DelayedCatch": _Entry("jaxcredit.envs.delayed_catch:DelayedCatch"),
+    **{f"brax/{task}": _Entry("jaxcredit.envs.brax_env:BraxEnv", (("env_name", task),))
+       for task in BRAX_TASKS},
 }
 
 
