@@ -73,6 +73,10 @@ class Redistributor:
       exact_model: for an oracle redistributor, the exact quantity the engine passes as its
         ``params`` every update (``"action_values"``: ``{"q": Q^π [S, A] at γ = 1,
         "transition_reward": [S, A, S]}`` of the current policy), else None.
+      continuous_actions: True when the stage also works for continuous actions (float
+        ``[T, B, D]``, not int ``[T, B]``): it reads actions only through
+        ``jaxcredit.policies.action_features`` (one-hot for a discrete action, the vector itself
+        for a continuous one), or not at all. False: discrete actions only.
     """
 
     name: str
@@ -83,6 +87,7 @@ class Redistributor:
     init_memory: Optional[Callable[[Trajectory], Any]] = None
     sample: Optional[Callable[[Any, jax.Array], Any]] = None
     exact_model: Optional[str] = None
+    continuous_actions: bool = False
 
 
 REDISTRIBUTORS = Registry("redistributor", {
