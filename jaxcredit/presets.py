@@ -98,6 +98,12 @@ LEARNERS: dict[str, dict[str, Any]] = {
                               ("input_gate_bias", -3.0), ("inputs", "delta"), ("lessons", 2048),
                               ("return_scale", 10.0), ("warmup_episodes", 256)),
         redistribute_fit_until_loss=0.15, redistribute_fit_steps=RUDDER_DEMO_MAX_FIT_STEPS),
+    # Return decomposition by a per-step reward model fitted to stored episodes' returns, at the
+    # stages' defaults (the RRD and IRCR codes' settings; docs/return_decomposition.md).
+    "A2C+RRD": dict(algo="a2c", estimator="gae", redistribute="rrd"),
+    "PPO+RRD": dict(algo="ppo", estimator="gae", redistribute="rrd"),
+    "A2C+IRCR": dict(algo="a2c", estimator="gae", redistribute="ircr"),
+    "PPO+IRCR": dict(algo="ppo", estimator="gae", redistribute="ircr"),
     # Step rewards from a process reward model (step-checkable tasks: ArithmeticChain).
     "PPO+PRM": dict(algo="ppo", estimator="gae", redistribute="prm"),
     # Outcome-only group baselines of RL post-training (set group_size): PPO's clipped loss on

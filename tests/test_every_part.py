@@ -53,7 +53,14 @@ ESTIMATOR_CASES = {
 # The exact models too: the oracle of each kind of exact model the engine computes.
 ORACLE_CASES = {"cocoa_reward": "reward_hindsight", "hca_state": "state_hindsight",
                 "hca_return": "return_hindsight", "chunked": "transition"}
+# Return decomposition by a per-step reward model (rrd, ircr): a small model, buffer and batch.
+REWARD_MODEL = dict(algo="ppo", env="DelayedReward-KeyToDoor", env_options=(("length", 6),),
+                    num_envs=4, num_steps=6)
 REDISTRIBUTOR_CASES = {
+    "ircr": dict(REWARD_MODEL, redistribute_options=(("hidden", (8,)), ("lessons", 8),
+                                                     ("best", 2), ("batch_size", 8))),
+    "rrd": dict(REWARD_MODEL, redistribute_options=(("hidden", (8,)), ("lessons", 8),
+                                                    ("sample_size", 4), ("batch_size", 8))),
     "rudder": dict(algo="a2c", env="DelayedReward-KeyToDoor", env_options=(("length", 6),),
                    num_envs=4, num_steps=6, redistribute_options=(("features", 8),
                                                                   ("lessons", 8),

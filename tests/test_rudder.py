@@ -205,14 +205,17 @@ def test_quality_is_one_minus_the_running_error_over_the_return_variance():
         assert float(metrics["redistributing"]) == expected
 
 
-@pytest.mark.parametrize("inputs", ["obs", "delta"])
-def test_the_fit_reads_stored_episodes_as_the_stream_read_them(inputs):
+@pytest.mark.parametrize("inputs,continuous", [("obs", False), ("delta", False), ("obs", True)])
+def test_the_fit_reads_stored_episodes_as_the_stream_read_them(inputs, continuous):
     """One episode of 6 steps in one window: its final-step error written as its priority while
     redistributing (the stream) equals the main loss of the fit on it (the lessons buffer), so
-    both paths feed the model the same inputs (the Δ-observations included)."""
+    both paths feed the model the same inputs (the Δ-observations included, and continuous
+    actions ``[T, B, 2]``, stored and read as vectors)."""
     rng = np.random.default_rng(5)
     window = _random_window(rng, 6, 1, end_prob=0.0)
     window = window.replace(truncated=jnp.zeros((6, 1), bool).at[5, 0].set(True))
+    if continuous:
+        window = window.replace(action=jnp.asarray(rng.normal(size=(6, 1, 2)), jnp.float32))
     rudder = make_redistributor("rudder", features=8, lessons=4, horizon=8, return_scale=1.0,
                                 inputs=inputs)
     params = rudder.init(jax.random.key(2), window)

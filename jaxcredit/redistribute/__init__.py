@@ -27,8 +27,11 @@ metrics ``redistribute`` returns are reported as ``redistribute/*``.
 
 Registered: ``rudder`` (:mod:`jaxcredit.redistribute.rudder`, an LSTM return decomposition with
 a lessons buffer), ``prm`` (:mod:`jaxcredit.redistribute.prm`, step rewards from a process
-reward model) and ``synthetic_returns`` (:mod:`jaxcredit.redistribute.synthetic_returns`, a
-reward model over the episode's earlier states, Raposo et al. 2021). Register another with
+reward model), ``synthetic_returns`` (:mod:`jaxcredit.redistribute.synthetic_returns`, a
+reward model over the episode's earlier states, Raposo et al. 2021), and ``rrd`` and ``ircr``
+(:mod:`jaxcredit.redistribute.return_decomposition`: a per-step reward model fitted to the
+returns of stored episodes, on random subsets of their steps (Ren et al. 2022) or on every step's
+normalised episode return (Gangwani et al. 2020)). Register another with
 ``register("name", "package.module:factory")`` and select it with
 ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory is given the engine's
 context (``env``, ``env_params``, ``horizon``, ``group_size``) where it takes it.
@@ -73,6 +76,10 @@ class Redistributor:
       exact_model: for an oracle redistributor, the exact quantity the engine passes as its
         ``params`` every update (``"action_values"``: ``{"q": Q^π [S, A] at γ = 1,
         "transition_reward": [S, A, S]}`` of the current policy), else None.
+      continuous_actions: True when the stage also works for continuous actions (float
+        ``[T, B, D]``, not int ``[T, B]``): it reads actions only through
+        ``jaxcredit.policies.action_features`` (one-hot for a discrete action, the vector itself
+        for a continuous one), or not at all. False: discrete actions only.
     """
 
     name: str
@@ -83,12 +90,15 @@ class Redistributor:
     init_memory: Optional[Callable[[Trajectory], Any]] = None
     sample: Optional[Callable[[Any, jax.Array], Any]] = None
     exact_model: Optional[str] = None
+    continuous_actions: bool = False
 
 
 REDISTRIBUTORS = Registry("redistributor", {
     "rudder": "jaxcredit.redistribute.rudder:make_rudder",
     "prm": "jaxcredit.redistribute.prm:make_prm",
     "synthetic_returns": "jaxcredit.redistribute.synthetic_returns:make_synthetic_returns",
+    "ircr": "jaxcredit.redistribute.return_decomposition:make_ircr",
+    "rrd": "jaxcredit.redistribute.return_decomposition:make_rrd",
 })
 
 

@@ -18,11 +18,18 @@ first successes) are not forgotten while common ones stream past. Rule used here
 Fitting samples episodes uniformly from the filled slots (no importance weights: the buffer's
 content is prioritised, the draw is not). Episodes longer than H are not stored (they are still
 redistributed: the model runs over the stream, not over stored episodes); they are counted.
+
+Other priorities give other buffers from the same pieces (:func:`append_step`, :func:`store`):
+the arrival order gives a first-in first-out buffer, the return with ``best_only`` a buffer of the
+best episodes so far (the return-decomposition stages, :mod:`jaxcredit.redistribute.
+return_decomposition`). Actions are stored as they come: ``[..]`` ints for discrete actions,
+``[.., D]`` floats for continuous ones (``action_shape``, ``action_dtype``); the next observation
+(the final one at the episode's last step) is stored too where asked (``keep_next_obs``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -36,12 +43,15 @@ class Episodes:
     """A batch of stored episodes, padded to H steps (batch-major: ``[B, H, ...]``).
 
     ``reward[b, t]`` is the environment's reward of step t; steps ``t >= length[b]`` are padding.
+    ``next_obs[b, t]`` is s_{t+1} (the final observation at the last step), or None where the
+    buffer does not keep it.
     """
 
     obs: Array
     action: Array
     reward: Array
     length: Array
+    next_obs: Optional[Array] = None
 
     @property
     def mask(self) -> Array:
@@ -72,27 +82,82 @@ class EpisodeMemory:
     too_long: Array
 
 
-def _empty(rows: int, horizon: int, obs_shape: tuple, obs_dtype) -> Episodes:
-    return Episodes(obs=jnp.zeros((rows, horizon) + obs_shape, obs_dtype),
-                    action=jnp.zeros((rows, horizon), jnp.int32),
+def empty_episodes(rows: int, horizon: int, obs_shape: tuple, obs_dtype: Any = jnp.float32,
+                   action_shape: tuple = (), action_dtype: Any = jnp.int32,
+                   keep_next_obs: bool = False) -> Episodes:
+    """``rows`` empty episodes of ``horizon`` steps (see :func:`init_memory` for the shapes)."""
+    obs = jnp.zeros((rows, horizon) + tuple(obs_shape), obs_dtype)
+    return Episodes(obs=obs,
+                    action=jnp.zeros((rows, horizon) + tuple(action_shape), action_dtype),
                     reward=jnp.zeros((rows, horizon), jnp.float32),
-                    length=jnp.zeros((rows,), jnp.int32))
+                    length=jnp.zeros((rows,), jnp.int32),
+                    next_obs=jnp.zeros_like(obs) if keep_next_obs else None)
 
 
 def init_memory(num_envs: int, capacity: int, horizon: int, obs_shape: tuple,
-                obs_dtype: Any = jnp.float32) -> EpisodeMemory:
-    """An empty memory for ``num_envs`` environments, ``capacity`` lessons of ``horizon`` steps."""
+                obs_dtype: Any = jnp.float32, action_shape: tuple = (),
+                action_dtype: Any = jnp.int32, keep_next_obs: bool = False) -> EpisodeMemory:
+    """An empty memory for ``num_envs`` environments, ``capacity`` lessons of ``horizon`` steps.
+
+    ``action_shape`` and ``action_dtype``: one action's (``()`` and int32 for discrete actions,
+    ``(D,)`` and a float type for continuous ones); ``keep_next_obs``: store s_{t+1} as well.
+    """
     if capacity < num_envs:
         raise ValueError(f"the lessons buffer holds {capacity} episodes, fewer than the "
                          f"{num_envs} environments that can finish an episode at the same step")
-    return EpisodeMemory(running=_empty(num_envs, horizon, obs_shape, obs_dtype),
-                         lessons=_empty(capacity, horizon, obs_shape, obs_dtype),
+    shapes = (obs_shape, obs_dtype, action_shape, action_dtype, keep_next_obs)
+    return EpisodeMemory(running=empty_episodes(num_envs, horizon, *shapes),
+                         lessons=empty_episodes(capacity, horizon, *shapes),
                          priority=jnp.full((capacity,), -jnp.inf, jnp.float32),
                          stored=jnp.zeros((), jnp.int32), too_long=jnp.zeros((), jnp.int32))
 
 
+def append_step(running: Episodes, obs: Array, action: Array, reward: Array,
+                next_obs: Optional[Array] = None) -> Episodes:
+    """Every environment's running episode with one more step (writes past H are dropped: such
+    an episode is too long to keep, and its ``length`` exceeds H)."""
+    rows = jnp.arange(running.length.shape[0])
+    at = running.length
+
+    def write(buffer, value):
+        return buffer.at[rows, at].set(value, mode="drop")
+
+    return running.replace(
+        obs=write(running.obs, obs), action=write(running.action, action),
+        reward=write(running.reward, reward), length=at + 1,
+        next_obs=None if running.next_obs is None else write(running.next_obs, next_obs))
+
+
+def store(lessons: Episodes, priority: Array, new: Episodes, new_priority: Array, keep: Array,
+          best_only: bool = False) -> tuple[Episodes, Array]:
+    """Writes the episodes ``new[keep]`` into the slots of lowest priority.
+
+    Without ``best_only`` the k-th kept episode (in row order) replaces the k-th lowest slot
+    (the buffer must have at least as many slots as ``new`` has rows). With ``best_only`` the
+    kept episodes, best first, replace the lowest slots only while each is better than the slot
+    it would replace, so the buffer keeps the highest priorities it has seen (any capacity).
+
+    Returns ``(lessons, priority)``.
+    """
+    capacity, rows = priority.shape[0], keep.shape[0]
+    new_priority = new_priority.astype(jnp.float32)
+    if best_only:
+        count = min(rows, capacity)
+        lowest = jax.lax.top_k(-priority, count)[1]
+        rank = jnp.argsort(jnp.argsort(-jnp.where(keep, new_priority, -jnp.inf)))
+        target = lowest[jnp.clip(rank, 0, count - 1)]
+        better = new_priority > priority[target]
+        slot = jnp.where(keep & (rank < count) & better, target, capacity)
+    else:
+        lowest = jax.lax.top_k(-priority, rows)[1]
+        rank = jnp.cumsum(keep) - 1
+        slot = jnp.where(keep, lowest[jnp.clip(rank, 0, rows - 1)], capacity)  # capacity: drop
+    lessons = jax.tree.map(lambda buf, x: buf.at[slot].set(x, mode="drop"), lessons, new)
+    return lessons, priority.at[slot].set(new_priority, mode="drop")
+
+
 def record_step(memory: EpisodeMemory, obs: Array, action: Array, reward: Array, done: Array,
-                error: Array) -> EpisodeMemory:
+                error: Array, next_obs: Optional[Array] = None) -> EpisodeMemory:
     """Appends one step of every environment; stores the episodes that end at it.
 
     Args:
@@ -101,26 +166,13 @@ def record_step(memory: EpisodeMemory, obs: Array, action: Array, reward: Array,
       done: ``[N]`` bool, the episode ended at this step (terminated or truncated).
       error: ``[N]`` squared return-prediction error of the episodes that end here (their
         priority; ignored elsewhere).
+      next_obs: ``[N, ...]`` s_{t+1}, for a memory that keeps it (else ignored).
     """
-    running = memory.running
-    num_envs, horizon = running.action.shape
-    rows = jnp.arange(num_envs)
-    at = running.length  # writes past H are dropped: such an episode is too long to keep
-    running = running.replace(
-        obs=running.obs.at[rows, at].set(obs, mode="drop"),
-        action=running.action.at[rows, at].set(action, mode="drop"),
-        reward=running.reward.at[rows, at].set(reward, mode="drop"),
-        length=at + 1)
+    horizon = memory.running.action.shape[1]
+    running = append_step(memory.running, obs, action, reward, next_obs)
     fits = running.length <= horizon
     keep = jnp.logical_and(done, fits)
-    # The k-th kept episode of this step goes to the k-th lowest-priority slot.
-    capacity = memory.priority.shape[0]
-    lowest = jax.lax.top_k(-memory.priority, num_envs)[1]
-    rank = jnp.cumsum(keep) - 1
-    slot = jnp.where(keep, lowest[jnp.clip(rank, 0, num_envs - 1)], capacity)  # capacity: drop
-    lessons = jax.tree.map(lambda buf, new: buf.at[slot].set(new, mode="drop"),
-                           memory.lessons, running)
-    priority = memory.priority.at[slot].set(error.astype(jnp.float32), mode="drop")
+    lessons, priority = store(memory.lessons, memory.priority, running, error, keep)
     running = running.replace(length=jnp.where(done, 0, running.length))
     return EpisodeMemory(running=running, lessons=lessons, priority=priority,
                          stored=memory.stored + keep.sum(),

@@ -15,7 +15,7 @@ return makes r̃_t = q̃(s_t, a_t) − q̃(s_{t−1}, a_{t−1}): the reward lan
 expectation changes, on the decisive actions.
 
 Model (``jaxcredit.redistribute.rudder.ReturnModel``): input at step t is
-``[obs_t, one_hot(a_t), r_{t−1} / scale]`` (the previous reward lets the model add up rewards
+``[obs_t, features(a_t), r_{t−1} / scale]`` (the previous reward lets the model add up rewards
 that are not delayed; the current reward is not an input, or the last step's prediction would
 read the delayed return off its input), an LSTM cell, a linear output. Two cells:
 
@@ -70,6 +70,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxcredit.networks import orthogonal
+from jaxcredit.policies import action_features
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.redistribute import lessons as lessons_lib
 from jaxcredit.types import Trajectory
@@ -155,12 +156,13 @@ class RudderMemory:
 def _inputs(obs: Array, action: Array, prev_reward: Array, num_actions: int,
             scale: Array, prev_obs: Optional[Array] = None) -> Array:
     """``[..., D]`` model input of a step: flat observation (or with ``prev_obs`` the change
-    Δ_t = o_t − o_{t−1}), one-hot action, previous reward."""
-    batch = action.shape
+    Δ_t = o_t − o_{t−1}), the action's features (one-hot for a discrete action, the vector
+    itself for a continuous one: ``jaxcredit.policies.action_features``), previous reward."""
+    batch = prev_reward.shape
     flat = obs.reshape(batch + (-1,)).astype(jnp.float32)
     if prev_obs is not None:
         flat = flat - prev_obs.reshape(batch + (-1,)).astype(jnp.float32)
-    return jnp.concatenate([flat, jax.nn.one_hot(action, num_actions, dtype=jnp.float32),
+    return jnp.concatenate([flat, action_features(action, num_actions),
                             (prev_reward / scale)[..., None]], axis=-1)
 
 
@@ -350,7 +352,8 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         num_envs = example.action.shape[1]
         zeros = jnp.zeros((num_envs,), jnp.float32)
         episodes = lessons_lib.init_memory(num_envs, lessons, steps, example.obs.shape[2:],
-                                           example.obs.dtype)
+                                           example.obs.dtype, example.action.shape[2:],
+                                           example.action.dtype)
         return RudderMemory(carry=zero_carry(num_envs), prediction=zeros, return_so_far=zeros,
                             prev_reward=zeros, prev_obs=jnp.zeros_like(example.obs[0]),
                             scale=jnp.float32(max(fixed_scale, 1.0)), episodes=episodes,
@@ -483,4 +486,5 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         return main + aux_weight * aux, {"main_loss": main, "aux_loss": aux}
 
     return Redistributor(name="rudder", redistribute=redistribute, init=init,
-                         loss=loss, learned=True, init_memory=init_memory, sample=sample)
+                         loss=loss, learned=True, init_memory=init_memory, sample=sample,
+                         continuous_actions=True)

@@ -323,5 +323,7 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
         value = jnp.where(filled, regression_loss(prediction, reward), 0.0)
         return value, {"gate": jnp.mean(gate)}
 
+    # It reads observations and rewards only: any kind of action.
     return Redistributor(name="synthetic_returns", redistribute=redistribute, init=init,
-                         loss=loss, learned=True, init_memory=init_memory, sample=sample)
+                         loss=loss, learned=True, init_memory=init_memory, sample=sample,
+                         continuous_actions=True)
