@@ -161,9 +161,10 @@ def test_oracle_needs_ground_truth_and_gamma_one():
         check_oracle_settings(engine, [{"gamma": 0.99}])
 
 
-def test_continuous_actions_are_refused_in_one_line():
-    with pytest.raises(ValueError, match="need discrete actions"):
-        make_engine(TrainConfig(env="Pendulum-v1"))
+def test_a_continuous_action_space_gets_a_gaussian_and_discrete_only_stages_are_refused():
+    assert make_engine(TrainConfig(env="Pendulum-v1")).network.distribution.name == "gaussian"
+    with pytest.raises(ValueError, match="estimator 'hca_state' needs discrete actions"):
+        make_engine(TrainConfig(env="Pendulum-v1", estimator="hca_state"))
 
 
 def test_every_registry_hands_the_engine_context_one_way():
