@@ -348,13 +348,14 @@ def test_bad_options_are_one_line_errors():
 # ------------------------------------------------------------------------------------------
 
 
-def test_trains_from_the_command_line_on_a_delayed_reward(tmp_path):
+def test_trains_from_the_command_line_on_a_delayed_continuous_control_reward(tmp_path):
     from jaxcredit import cli, runlog
 
     out = tmp_path / "run"
-    argv = ["train", "--algo", "ppo", "--env", "DelayedReward-KeyToDoor", "--env-option",
-            "length=6", "--num-envs", "4", "--num-steps", "6", "--num-minibatches", "1",
-            "--update-epochs", "1", "--total-timesteps", "48", "--hidden-sizes", "8",
+    argv = ["train", "--algo", "ppo", "--env", "DelayedReward-Pendulum-v1", "--env-option",
+            "max_steps_in_episode=10", "--num-envs", "4", "--num-steps", "6",
+            "--num-minibatches", "1", "--update-epochs", "1", "--total-timesteps", "48",
+            "--hidden-sizes", "8",
             "--eval-every", "0", "--out", str(out), "--no-progress", "--redistribute", "rrd"]
     for option in ("hidden=8", "lessons=8", "sample_size=4", "batch_size=8",
                    "bias_correction=true"):
