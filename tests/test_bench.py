@@ -124,14 +124,15 @@ def git_revision_available(rev: str) -> bool:
 def test_race_alternates_calls_and_reports_time_per_step_against_the_first_row():
     order = []
 
-    def case(label, steps):
+    def case(label, steps, score=None):
         c = timing.compile_case(label, lambda key: jax.random.normal(key, (8,)).sum(),
-                                lambda s: (jax.random.key(s),), steps)
+                                lambda s: (jax.random.key(s),), steps, score)
         call = c.call
         c.call = lambda seed: order.append((label, seed)) or call(seed)
         return c
 
-    cases = timing.race([case("a", 100), case("b", 300)], repeats=3, seed=10)
+    cases = timing.race([case("a", 100), case("b", 300, score=lambda out: 7.0)], repeats=3,
+                        seed=10)
     # One warm-up each (seed − 1), then a, b, a, b, a, b with seeds 10, 10, 11, 11, 12, 12.
     assert order == [("a", 9), ("b", 9), ("a", 10), ("b", 10), ("a", 11), ("b", 11), ("a", 12),
                      ("b", 12)]
@@ -142,6 +143,8 @@ def test_race_alternates_calls_and_reports_time_per_step_against_the_first_row()
     assert [r["time_per_step_vs_first"] for r in result["cases"]] == [1.0, round(1 / 3, 3)]
     table = bench_races.format_race(result)
     assert "toy (time/step relative to a)" in table and "150" in table
+    # A scored case keeps what each timed call returned, scored after the clock stopped.
+    assert "score_all" not in result["cases"][0] and result["cases"][1]["score_all"] == [7.0] * 3
 
 
 def test_fit_steps_parse_and_reject_non_integers():
@@ -480,3 +483,4 @@ def test_purejaxrl_dqn_loads_unedited_through_the_bridge(tmp_path):
     raw.LogWrapper = dqn.LogWrapper  # the step bridged, not jax: tree_map is still missing
     with pytest.raises(AttributeError, match="tree_map"):
         raw.make_train(dict(defaults, TOTAL_TIMESTEPS=200))(jax.random.key(0))
+
