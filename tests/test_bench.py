@@ -484,3 +484,63 @@ def test_purejaxrl_dqn_loads_unedited_through_the_bridge(tmp_path):
     with pytest.raises(AttributeError, match="tree_map"):
         raw.make_train(dict(defaults, TOTAL_TIMESTEPS=200))(jax.random.key(0))
 
+
+# A ppo_continuous_action.py look-alike, as PureJaxRL's: it builds BraxGymnaxWrapper(ENV_NAME)
+# with env_params None (its Brax task), wraps it in LogWrapper, clips actions to [-1, 1] and
+# steps every environment once at full push.
+FAKE_CONTINUOUS = '''
+import jax
+import jax.numpy as jnp
+from wrappers import LogWrapper, BraxGymnaxWrapper
+
+
+def make_train(config):
+    config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
+    env, env_params = BraxGymnaxWrapper(config["ENV_NAME"]), None
+    env = LogWrapper(env)
+
+    def train(rng):
+        keys = jax.random.split(rng, config["NUM_ENVS"])
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+        shape = (config["NUM_ENVS"],) + env.action_space(env_params).shape
+        action = jnp.clip(jnp.full(shape, 5.0), -1.0, 1.0)
+        obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            keys, state, action, env_params)
+        return {"obs": obs, "reward": reward, "done": done, "info": info}
+
+    return train
+
+
+if __name__ == "__main__":
+    config = {"NUM_ENVS": 2048, "NUM_STEPS": 10, "TOTAL_TIMESTEPS": 5e7, "ENV_NAME": "hopper",
+              "NORMALIZE_ENV": True}
+'''
+
+
+def test_purejaxrl_continuous_runs_unedited_on_a_gymnax_task(fake_purejaxrl, tmp_path):
+    """ppo_continuous_action.py's Brax task is served by jaxcredit's registry: actions in
+    [-1, 1] scaled onto Pendulum's torque bounds ([-2, 2]), the five-value step with an empty
+    info (its Brax wrapper's), the task's parameters for params None; other names still go to
+    its own Brax wrapper."""
+    root, _ = fake_purejaxrl
+    folder = tmp_path / "purejaxrl"
+    folder.mkdir()
+    (folder / "wrappers.py").write_text((root / "purejaxrl" / "wrappers.py").read_text())
+    (folder / purejaxrl.CONTINUOUS_FILE).write_text(textwrap.dedent(FAKE_CONTINUOUS))
+    ppo, defaults = purejaxrl.load_ppo(folder, purejaxrl.CONTINUOUS_FILE)
+    assert defaults["ENV_NAME"] == "hopper"
+    out = jax.jit(ppo.make_train(dict(defaults, ENV_NAME="Pendulum-v1", NUM_ENVS=3)))(
+        jax.random.PRNGKey(0))
+    assert out["obs"].shape == (3, 3) and set(out["info"]) == {"returned_episode"}
+    # The same reset keys and a torque of 2 (full push) on gymnax's Pendulum itself.
+    env, params = gymnax.make("Pendulum-v1")
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    expected = jax.vmap(env.step, in_axes=(0, 0, None, None))(keys, state, np.array([2.0]),
+                                                               params)[2]
+    np.testing.assert_allclose(out["reward"], expected, rtol=1e-6)
+    if "brax" in purejaxrl.missing_packages():  # not in the registry: PureJaxRL's own wrapper
+        with pytest.raises(ImportError, match="brax"):
+            ppo.make_train(dict(defaults))
+    with pytest.raises(ValueError, match="actions are not continuous"):
+        purejaxrl.continuous_task("CartPole-v1")
