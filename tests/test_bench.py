@@ -521,7 +521,7 @@ def test_purejaxrl_continuous_runs_unedited_on_a_gymnax_task(fake_purejaxrl, tmp
     """ppo_continuous_action.py's Brax task is served by jaxcredit's registry: actions in
     [-1, 1] scaled onto Pendulum's torque bounds ([-2, 2]), the five-value step with an empty
     info (its Brax wrapper's), the task's parameters for params None; other names still go to
-    its own Brax wrapper."""
+    its own Brax wrapper. The continuous race's settings map onto the engine."""
     root, _ = fake_purejaxrl
     folder = tmp_path / "purejaxrl"
     folder.mkdir()
@@ -544,3 +544,16 @@ def test_purejaxrl_continuous_runs_unedited_on_a_gymnax_task(fake_purejaxrl, tmp
             ppo.make_train(dict(defaults))
     with pytest.raises(ValueError, match="actions are not continuous"):
         purejaxrl.continuous_task("CartPole-v1")
+    fields, hparams = bench_races.continuous_fields(dict(
+        defaults, ENV_NAME="Pendulum-v1", NUM_ENVS=64, TOTAL_TIMESTEPS=1e5, UPDATE_EPOCHS=4,
+        NUM_MINIBATCHES=32, ACTIVATION="tanh", ANNEAL_LR=False, LR=3e-4, GAMMA=0.99,
+        GAE_LAMBDA=0.95, CLIP_EPS=0.2, ENT_COEF=0.0, VF_COEF=0.5, MAX_GRAD_NORM=0.5))
+    from jaxcredit import agents
+
+    config = baseline.make_config(agents, **fields)
+    assert (config.num_updates, config.action_dist, config.normalize_env) == (156, "gaussian",
+                                                                              True)
+    assert hparams["ent_coef"] == 0.0 and not config.anneal_lr
+    # Final returns: the episodes that ended in the last tenth, or else in the last update with any.
+    assert bench_races.late_return(np.array([1.0, np.nan, 3.0, 5.0]), np.array([1, 0, 2, 0])) == 3
+    assert np.isnan(bench_races.late_return(np.zeros((4, 2)), np.zeros((4, 2), bool)))
