@@ -40,7 +40,14 @@ calls alternating, SPS = env steps per call / median call time):
   steps, is the default on an accelerator; on CPU 64 envs × 1e5 steps (``--continuous-envs``,
   ``--continuous-timesteps``). One seed, no evaluation; each row also gives the final return of
   every timed run (the episodes that ended in its last tenth), to show that the two programs
-  learn alike. Needs ``--purejaxrl``/``--purejaxrl-git``.
+  learn alike. Needs ``--purejaxrl``/``--purejaxrl-git``. What the two programs still compute
+  differently: at a time-out (all of Pendulum's episode ends) jaxcredit bootstraps from
+  V(s'_{t+1}), for which it runs its critic a second time over the window's final
+  observations, and PureJaxRL treats the end as terminal; jaxcredit's running return for the
+  reward scale adds the step's reward before an episode's end resets it (Gymnasium's
+  ``NormalizeReward``), PureJaxRL's resets it first; jaxcredit reduces its metrics to scalars
+  per update, PureJaxRL returns its wrappers' per-step ``info`` ([updates, steps, envs] arrays);
+  their random streams differ, so no run is the same number for number.
 * ``--estimators``: A2C with each estimator against A2C+GAE at one size, once per value of
   ``--fit-steps`` (the learned models' ``estimator_fit_steps``), without evaluation.
 * ``--redistributors``: PPO (PureJaxRL's defaults, ``--redistributor-envs`` ×
