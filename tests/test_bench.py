@@ -124,14 +124,15 @@ def git_revision_available(rev: str) -> bool:
 def test_race_alternates_calls_and_reports_time_per_step_against_the_first_row():
     order = []
 
-    def case(label, steps):
+    def case(label, steps, score=None):
         c = timing.compile_case(label, lambda key: jax.random.normal(key, (8,)).sum(),
-                                lambda s: (jax.random.key(s),), steps)
+                                lambda s: (jax.random.key(s),), steps, score)
         call = c.call
         c.call = lambda seed: order.append((label, seed)) or call(seed)
         return c
 
-    cases = timing.race([case("a", 100), case("b", 300)], repeats=3, seed=10)
+    cases = timing.race([case("a", 100), case("b", 300, score=lambda out: 7.0)], repeats=3,
+                        seed=10)
     # One warm-up each (seed − 1), then a, b, a, b, a, b with seeds 10, 10, 11, 11, 12, 12.
     assert order == [("a", 9), ("b", 9), ("a", 10), ("b", 10), ("a", 11), ("b", 11), ("a", 12),
                      ("b", 12)]
@@ -142,6 +143,8 @@ def test_race_alternates_calls_and_reports_time_per_step_against_the_first_row()
     assert [r["time_per_step_vs_first"] for r in result["cases"]] == [1.0, round(1 / 3, 3)]
     table = bench_races.format_race(result)
     assert "toy (time/step relative to a)" in table and "150" in table
+    # A scored case keeps what each timed call returned, scored after the clock stopped.
+    assert "score_all" not in result["cases"][0] and result["cases"][1]["score_all"] == [7.0] * 3
 
 
 def test_fit_steps_parse_and_reject_non_integers():
@@ -480,3 +483,77 @@ def test_purejaxrl_dqn_loads_unedited_through_the_bridge(tmp_path):
     raw.LogWrapper = dqn.LogWrapper  # the step bridged, not jax: tree_map is still missing
     with pytest.raises(AttributeError, match="tree_map"):
         raw.make_train(dict(defaults, TOTAL_TIMESTEPS=200))(jax.random.key(0))
+
+
+# A ppo_continuous_action.py look-alike, as PureJaxRL's: it builds BraxGymnaxWrapper(ENV_NAME)
+# with env_params None (its Brax task), wraps it in LogWrapper, clips actions to [-1, 1] and
+# steps every environment once at full push.
+FAKE_CONTINUOUS = '''
+import jax
+import jax.numpy as jnp
+from wrappers import LogWrapper, BraxGymnaxWrapper
+
+
+def make_train(config):
+    config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
+    env, env_params = BraxGymnaxWrapper(config["ENV_NAME"]), None
+    env = LogWrapper(env)
+
+    def train(rng):
+        keys = jax.random.split(rng, config["NUM_ENVS"])
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+        shape = (config["NUM_ENVS"],) + env.action_space(env_params).shape
+        action = jnp.clip(jnp.full(shape, 5.0), -1.0, 1.0)
+        obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            keys, state, action, env_params)
+        return {"obs": obs, "reward": reward, "done": done, "info": info}
+
+    return train
+
+
+if __name__ == "__main__":
+    config = {"NUM_ENVS": 2048, "NUM_STEPS": 10, "TOTAL_TIMESTEPS": 5e7, "ENV_NAME": "hopper",
+              "NORMALIZE_ENV": True}
+'''
+
+
+def test_purejaxrl_continuous_runs_unedited_on_a_gymnax_task(fake_purejaxrl, tmp_path):
+    """ppo_continuous_action.py's Brax task is served by jaxcredit's registry: actions in
+    [-1, 1] scaled onto Pendulum's torque bounds ([-2, 2]), the five-value step with an empty
+    info (its Brax wrapper's), the task's parameters for params None; other names still go to
+    its own Brax wrapper. The continuous race's settings map onto the engine."""
+    root, _ = fake_purejaxrl
+    folder = tmp_path / "purejaxrl"
+    folder.mkdir()
+    (folder / "wrappers.py").write_text((root / "purejaxrl" / "wrappers.py").read_text())
+    (folder / purejaxrl.CONTINUOUS_FILE).write_text(textwrap.dedent(FAKE_CONTINUOUS))
+    ppo, defaults = purejaxrl.load_ppo(folder, purejaxrl.CONTINUOUS_FILE)
+    assert defaults["ENV_NAME"] == "hopper"
+    out = jax.jit(ppo.make_train(dict(defaults, ENV_NAME="Pendulum-v1", NUM_ENVS=3)))(
+        jax.random.PRNGKey(0))
+    assert out["obs"].shape == (3, 3) and set(out["info"]) == {"returned_episode"}
+    # The same reset keys and a torque of 2 (full push) on gymnax's Pendulum itself.
+    env, params = gymnax.make("Pendulum-v1")
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    expected = jax.vmap(env.step, in_axes=(0, 0, None, None))(keys, state, np.array([2.0]),
+                                                               params)[2]
+    np.testing.assert_allclose(out["reward"], expected, rtol=1e-6)
+    if "brax" in purejaxrl.missing_packages():  # not in the registry: PureJaxRL's own wrapper
+        with pytest.raises(ImportError, match="brax"):
+            ppo.make_train(dict(defaults))
+    with pytest.raises(ValueError, match="actions are not continuous"):
+        purejaxrl.continuous_task("CartPole-v1")
+    fields, hparams = bench_races.continuous_fields(dict(
+        defaults, ENV_NAME="Pendulum-v1", NUM_ENVS=64, TOTAL_TIMESTEPS=1e5, UPDATE_EPOCHS=4,
+        NUM_MINIBATCHES=32, ACTIVATION="tanh", ANNEAL_LR=False, LR=3e-4, GAMMA=0.99,
+        GAE_LAMBDA=0.95, CLIP_EPS=0.2, ENT_COEF=0.0, VF_COEF=0.5, MAX_GRAD_NORM=0.5))
+    from jaxcredit import agents
+
+    config = baseline.make_config(agents, **fields)
+    assert (config.num_updates, config.action_dist, config.normalize_env) == (156, "gaussian",
+                                                                              True)
+    assert hparams["ent_coef"] == 0.0 and not config.anneal_lr
+    # Final returns: the episodes that ended in the last tenth, or else in the last update with any.
+    assert bench_races.late_return(np.array([1.0, np.nan, 3.0, 5.0]), np.array([1, 0, 2, 0])) == 3
+    assert np.isnan(bench_races.late_return(np.zeros((4, 2)), np.zeros((4, 2), bool)))

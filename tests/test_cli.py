@@ -162,6 +162,7 @@ def test_console_script_error_has_no_traceback(tmp_path):
      "Unknown environment 'NoSuchEnv'"),
     (["bench", "train", "--gamma", "2"], "gamma must lie in [0, 1], got 2"),
     (["bench", "train", "--baseline-rev", "no-such-revision"], "is not a commit"),
+    (["bench", "train", "--no-main", "--continuous"], "--continuous races PureJaxRL's"),
     (["bench", "estimators", "--estimators", "gae,hca_retrun"], "unknown estimator(s) hca_retrun"),
     (["bench", "estimators", "--gamma", "-0.5"], "gamma must lie in [0, 1], got -0.5"),
     (["bench", "fly"], "unknown benchmark 'fly'"),

@@ -10,7 +10,10 @@ estimators`` and ``bench train``):
 1. the estimator table: jaxcredit's scan and associative scan against rlax, T up to 4096;
 2. training throughput of PPO on CartPole against PureJaxRL (when a checkout is given) at
    PureJaxRL's default size, at many envs and with many vmapped seeds, and (cpu and gpu sizes,
-   with a checkout) recurrent PPO against PureJaxRL's ``ppo_rnn.py``;
+   with a checkout) recurrent PPO against PureJaxRL's ``ppo_rnn.py`` and continuous PPO on
+   Pendulum-v1 against its ``ppo_continuous_action.py`` (64 envs × 1e5 steps on cpu; on gpu its
+   own 2048 envs, for 5e6 steps: a tenth of its 5e7, the same program per update, so that the
+   race keeps to the gpu plan below);
 3. the learned credit stages' cost per env step: fitted estimators against A2C+GAE, RUDDER
    against PPO+GAE.
 
@@ -45,7 +48,8 @@ SIZES = {
         train=dict(total_timesteps=5e5, repeats=3, big_envs=(2048,), big_updates=4,
                    seeds=(16, 64), seeds_timesteps=1e5, estimators=("hca_return", "c2a2c"),
                    fit_steps=("4",), redistributors=("rudder",),
-                   redistribute_fit_steps=("1", "4"), rnn_timesteps=5e5)),
+                   redistribute_fit_steps=("1", "4"), rnn_timesteps=5e5, continuous_envs=64,
+                   continuous_timesteps=1e5)),
     "gpu": dict(
         estimators=dict(T=(128, 1024, 4096), B=(1024, 8192), repeats=20),
         train=dict(total_timesteps=5e5, repeats=3, big_envs=(2048, 16384, 65536),
@@ -53,7 +57,7 @@ SIZES = {
                    estimators=("hca_return", "c2a2c", "hca_state"), fit_steps=("1", "4"),
                    estimator_envs=4096, redistributors=("rudder",),
                    redistribute_fit_steps=("1", "4"), redistributor_envs=256,
-                   rnn_timesteps=1e5)),
+                   rnn_timesteps=1e5, continuous_envs=2048, continuous_timesteps=5e6)),
 }
 
 
@@ -90,6 +94,8 @@ def bench(args: AllBench) -> dict:
     train_args = train_bench.TrainBench(purejaxrl=args.purejaxrl,
                                         purejaxrl_git=args.purejaxrl_git, compare_all=True,
                                         rnn=rivals and "rnn_timesteps" in plan["train"],
+                                        continuous=(rivals and
+                                                    "continuous_timesteps" in plan["train"]),
                                         **plan["train"])
     train_bench.check(train_args)  # bad paths and options fail before anything runs
     start = time.perf_counter()

@@ -37,6 +37,26 @@ environment in gymnax's own ``LogWrapper``, which in gymnax ≥ 1.0 returns six 
 module's ``LogWrapper`` name is rebound to one whose ``step`` returns the old five; it calls
 ``jax.tree_map``, removed from jax, so the module's ``jax`` name is rebound to a view of jax
 that has it (``jax.tree.map``); and it imports wandb, stood in for where not installed.
+
+Its continuous PPO (``ppo_continuous_action.py``, ``--continuous``) loads like ``ppo.py`` and
+trains on Brax: it builds ``BraxGymnaxWrapper(ENV_NAME)`` with ``env_params = None`` and wraps
+it in ``LogWrapper → ClipAction → VecEnv → NormalizeVecObservation → NormalizeVecReward``. The
+module's ``BraxGymnaxWrapper`` name is rebound (:func:`brax_like_factory`) to a factory that
+serves a continuous task of jaxcredit's registry (gymnax's ``Pendulum-v1`` by default) in the
+shape its Brax wrapper has, so that the script runs unchanged on it:
+
+* actions in [−1, 1] (:class:`UnitBoxActions`): a Brax task's action space is the unit box,
+  and ``ClipAction`` clips to [−1, 1] whatever the task's bounds; the action is mapped affinely
+  onto the task's own bounds (Pendulum's torque: [−2, 2]) before the task steps. jaxcredit's
+  engine races on the same :class:`UnitBoxActions` task, so both clip and scale alike;
+* the five-value step of :class:`FiveValueStep`, with an empty ``info`` as its Brax wrapper
+  returns (:class:`BraxLikeStep`): gymnax's own entries (``final_observation``, ``discount``)
+  would otherwise be stacked into the metrics its ``train`` returns, an output the script never
+  has on Brax;
+* ``params`` None stands for the task's parameters (its defaults from the registry).
+
+A name the registry does not know goes to PureJaxRL's own ``BraxGymnaxWrapper`` (Brax, where
+installed; the stand-in's ImportError otherwise).
 """
 
 from __future__ import annotations
@@ -59,6 +79,7 @@ OPTIONAL_PACKAGES = ("brax", "navix", "wandb")
 FILES = ("ppo.py", "wrappers.py")
 DQN_FILE = "dqn.py"
 RNN_FILE = "ppo_rnn.py"
+CONTINUOUS_FILE = "ppo_continuous_action.py"
 RNN_WIDTH = 128  # ppo_rnn.py's GRU width (its ScannedRNN.initialize_carry(..., 128))
 
 
@@ -81,6 +102,96 @@ class FiveValueStep:
             return out
         obs, state, reward, terminated, truncated, info = out
         return obs, state, reward, terminated | truncated, info
+
+
+class BraxLikeStep(FiveValueStep):
+    """:class:`FiveValueStep` with an empty ``info``, as PureJaxRL's ``BraxGymnaxWrapper``
+    returns (module docstring)."""
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, done, _ = super().step(key, state, action, params)
+        return obs, state, reward, done, {}
+
+
+class UnitBoxActions:
+    """A gymnax task with ``Box`` actions, taking actions in [−1, 1] (Brax's convention) and
+    mapping them affinely onto its own bounds; six-value step, the task's ``info`` kept.
+
+    ``params`` None in any method stands for the parameters the task was made with.
+    """
+
+    def __init__(self, env: Any, params: Any):
+        import numpy as np  # noqa: PLC0415
+
+        self._env, self._params = env, params
+        space = env.action_space(params)
+        self._shape = tuple(space.shape) or (1,)
+        self._low = np.broadcast_to(np.asarray(space.low, np.float32), self._shape).copy()
+        self._high = np.broadcast_to(np.asarray(space.high, np.float32), self._shape).copy()
+        if not (np.isfinite(self._low).all() and np.isfinite(self._high).all()):
+            raise ValueError("a task with unbounded actions has no unit-box form")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    @property
+    def default_params(self) -> Any:
+        return self._params
+
+    def _or_own(self, params: Any) -> Any:
+        return self._params if params is None else params
+
+    def to_task(self, action):
+        """An action of [−1, 1] on the task's bounds."""
+        return self._low + (action + 1.0) * (self._high - self._low) / 2.0
+
+    def reset(self, key, params=None):
+        return self._env.reset(key, self._or_own(params))
+
+    def step(self, key, state, action, params=None):
+        return self._env.step(key, state, self.to_task(action), self._or_own(params))
+
+    def observation_space(self, params=None):
+        return self._env.observation_space(self._or_own(params))
+
+    def action_space(self, params=None):
+        from gymnax.environments import spaces  # noqa: PLC0415
+
+        return spaces.Box(-1.0, 1.0, self._shape, self._env.action_space(
+            self._or_own(params)).dtype)
+
+
+def continuous_task(name: str) -> UnitBoxActions:
+    """The task ``name`` of jaxcredit's registry with unit-box actions (:class:`UnitBoxActions`),
+    what both engines of the continuous race step; a one-line ValueError for an unknown name or
+    a task whose actions are not a bounded ``Box``."""
+    from jaxcredit import envs  # noqa: PLC0415
+
+    try:
+        env, params = envs.make(name)
+    except Exception as err:  # noqa: BLE001 (the registry's message, on one line)
+        raise ValueError(f"--continuous-env {name}: {' '.join(str(err).split())}") from None
+    if not hasattr(env.action_space(params), "low"):
+        raise ValueError(f"--continuous-env {name}: its actions are not continuous (a "
+                         f"{type(env.action_space(params)).__name__} space)")
+    try:
+        return UnitBoxActions(env, params)
+    except ValueError as err:
+        raise ValueError(f"--continuous-env {name}: {err}") from None
+
+
+def brax_like_factory(original: Any) -> Any:
+    """What ``BraxGymnaxWrapper`` is rebound to in ``ppo_continuous_action.py``: a task of
+    jaxcredit's registry as its Brax wrapper would serve it (module docstring); ``original`` for
+    other names."""
+    from jaxcredit import envs  # noqa: PLC0415
+
+    def make(env_name, *args, **kwargs):
+        if env_name.removeprefix(envs.registry.DELAYED_PREFIX) not in envs.registered():
+            return original(env_name, *args, **kwargs)
+        return BraxLikeStep(continuous_task(env_name))
+
+    return make
 
 
 def _gymnax_five_value_view() -> types.ModuleType:
@@ -234,6 +345,8 @@ def load_ppo(folder: pathlib.Path, file: str = "ppo.py") -> tuple[types.ModuleTy
         from jaxcredit import networks  # noqa: PLC0415
 
         ppo.orthogonal = networks.orthogonal
+    if hasattr(ppo, "BraxGymnaxWrapper"):  # ppo_continuous_action.py (module docstring)
+        ppo.BraxGymnaxWrapper = brax_like_factory(ppo.BraxGymnaxWrapper)
     if hasattr(ppo, "ScannedRNN"):  # ppo_rnn.py: flax < 0.7's cell API (module docstring)
         import functools  # noqa: PLC0415
 

@@ -11,20 +11,24 @@ Functions that take ``args`` read the parsed flags (``bench.train.TrainBench``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcredit import agents as current
 from jaxcredit import envs
 from jaxcredit.bench import baseline as baseline_lib
+from jaxcredit.bench import purejaxrl as purejaxrl_lib
 from jaxcredit.bench.timing import Case, compile_case, race
 from jaxcredit.diagnostics.specs import EstimatorSpec
 from jaxcredit.estimators import make_estimator
 from jaxcredit.redistribute import make_redistributor
 
 PPO_ENV = "CartPole-v1"
+CONTINUOUS_ENV = "Pendulum-v1"
+CONTINUOUS_CPU_SIZE = (64, 100_000)  # (envs, env steps) of the continuous race on CPU
 REDISTRIBUTOR_ENV = "DelayedReward-CartPole-v1"
 
 
@@ -41,14 +45,17 @@ def ppo_fields(num_envs: int, total_timesteps: int) -> dict:
 
 
 def engine_case(label: str, agents: Any, fields: dict, hparams: dict, seeds: int = 1,
+                env: Optional[tuple] = None, score: Optional[Callable] = None,
                 **extra: Any) -> Case:
-    """A whole training run of an engine (``agents``: the current module or a baseline's)."""
+    """A whole training run of an engine (``agents``: the current module or a baseline's);
+    ``env``: an ``(env, env_params)`` instance to train on instead of ``fields["env"]``."""
     config = baseline_lib.make_config(agents, **fields)
-    train = agents.make_train(config)
+    train = agents.make_train(config, *env) if env is not None else agents.make_train(config)
     hp = agents.Hparams.create(**hparams)
     steps = config.num_updates * config.steps_per_update * seeds
     if seeds == 1:
-        return compile_case(label, train, lambda s: (jax.random.key(100 + s), hp), steps, **extra)
+        return compile_case(label, train, lambda s: (jax.random.key(100 + s), hp), steps,
+                            score, **extra)
     stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (seeds,)), hp)
     return compile_case(label, jax.vmap(train),
                         lambda s: (jax.random.split(jax.random.key(100 + s), seeds), stacked),
@@ -56,7 +63,7 @@ def engine_case(label: str, agents: Any, fields: dict, hparams: dict, seeds: int
 
 
 def purejaxrl_case(label: str, ppo: Any, defaults: dict, hparams: dict, num_envs: int,
-                   total_timesteps: int, seeds: int = 1) -> Case:
+                   total_timesteps: int, seeds: int = 1, score: Optional[Callable] = None) -> Case:
     """PureJaxRL's ``make_train`` with its defaults, at our size and γ, λ."""
     config = dict(defaults, DEBUG=False, NUM_ENVS=num_envs, TOTAL_TIMESTEPS=total_timesteps,
                   GAMMA=hparams["gamma"], GAE_LAMBDA=hparams["lambda_"])
@@ -64,7 +71,8 @@ def purejaxrl_case(label: str, ppo: Any, defaults: dict, hparams: dict, num_envs
         train = ppo.make_train(config)  # fills NUM_UPDATES
         steps = int(config["NUM_UPDATES"]) * config["NUM_STEPS"] * num_envs * seeds
         if seeds == 1:
-            return compile_case(label, train, lambda s: (jax.random.PRNGKey(100 + s),), steps)
+            return compile_case(label, train, lambda s: (jax.random.PRNGKey(100 + s),), steps,
+                                score)
         return compile_case(label, jax.vmap(train),
                             lambda s: (jax.random.split(jax.random.PRNGKey(100 + s), seeds),),
                             steps)
@@ -85,6 +93,8 @@ class Rivals:
     dqn_defaults: Optional[dict] = None
     rnn: Any = None
     rnn_defaults: Optional[dict] = None
+    continuous: Any = None
+    continuous_defaults: Optional[dict] = None
     baseline: Any = None
     baseline_label: str = ""
 
@@ -237,6 +247,80 @@ def rnn_race(args: Any, rivals: Rivals, repeats: int) -> dict:
     result = race_result(name, race(cases, repeats, args.seed))
     result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
         result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
+    return result
+
+
+def continuous_size(args: Any, defaults: dict) -> tuple[int, int]:
+    """``(num_envs, total_timesteps)`` of the continuous race: the flags, or by default
+    ``ppo_continuous_action.py``'s own on an accelerator and :data:`CONTINUOUS_CPU_SIZE` on CPU."""
+    own = (int(defaults["NUM_ENVS"]), int(defaults["TOTAL_TIMESTEPS"]))
+    default = CONTINUOUS_CPU_SIZE if jax.default_backend() == "cpu" else own
+    return (int(args.continuous_envs or default[0]),
+            int(args.continuous_timesteps or default[1]))
+
+
+def continuous_fields(defaults: dict) -> tuple[dict, dict]:
+    """``ppo_continuous_action.py``'s settings (``defaults``, its ENV_NAME, NUM_ENVS and
+    TOTAL_TIMESTEPS those of the race) as the engine's ``(TrainConfig fields, Hparams)``: its
+    ``ActorCritic`` is two separate 256-256 towers with a state-independent log σ
+    (``--action-dist gaussian``, ``hidden_sizes=(256, 256)``)."""
+    fields = dict(algo="ppo", env=defaults["ENV_NAME"], num_envs=int(defaults["NUM_ENVS"]),
+                  num_steps=int(defaults["NUM_STEPS"]),
+                  total_timesteps=int(defaults["TOTAL_TIMESTEPS"]),
+                  update_epochs=int(defaults["UPDATE_EPOCHS"]),
+                  num_minibatches=int(defaults["NUM_MINIBATCHES"]), action_dist="gaussian",
+                  normalize_env=bool(defaults["NORMALIZE_ENV"]), hidden_sizes=(256, 256),
+                  activation=defaults["ACTIVATION"], anneal_lr=bool(defaults["ANNEAL_LR"]),
+                  eval_every=0)
+    hparams = dict(lr=defaults["LR"], gamma=defaults["GAMMA"], lambda_=defaults["GAE_LAMBDA"],
+                   clip_eps=defaults["CLIP_EPS"], ent_coef=defaults["ENT_COEF"],
+                   vf_coef=defaults["VF_COEF"], max_grad_norm=defaults["MAX_GRAD_NORM"])
+    return fields, hparams
+
+
+def late_return(returns: Any, ended: Any) -> float:
+    """The mean return of the episodes that ended in the last tenth of a run's updates, or
+    if none did, in the last update where any did (``returns`` and ``ended``, a count or a flag
+    per return, have the updates on their leading axis; NaN if no episode ended)."""
+    returns = np.asarray(returns, np.float64)
+    ended = np.broadcast_to(np.asarray(ended, np.float64), returns.shape)
+    per_update = ended.reshape(len(ended), -1).sum(1)
+    if not per_update.any():
+        return float("nan")
+    updates = len(per_update)
+    start = min(updates - max(1, updates // 10), int(np.flatnonzero(per_update)[-1]))
+    returns, ended = returns[start:], ended[start:]
+    return float(np.where(ended > 0, returns * ended, 0.0).sum() / ended.sum())
+
+
+def continuous_race(args: Any, rivals: Rivals, repeats: int) -> dict:
+    """Continuous PPO (``--action-dist gaussian``, running normalisation) against PureJaxRL's
+    ``ppo_continuous_action.py`` on ``--continuous-env``, both stepping the same unit-box task
+    (``purejaxrl.continuous_task``), one seed; each row also scores every timed run by its
+    final return (:func:`late_return`)."""
+    num_envs, total = continuous_size(args, rivals.continuous_defaults)
+    defaults = dict(rivals.continuous_defaults, ENV_NAME=args.continuous_env,
+                    NUM_ENVS=num_envs, TOTAL_TIMESTEPS=total)
+    fields, hparams = continuous_fields(defaults)
+    task = purejaxrl_lib.continuous_task(args.continuous_env)
+    cases = [engine_case("jaxcredit --action-dist gaussian", current, fields, hparams,
+                         env=(task, task.default_params),
+                         score=lambda out: late_return(out[1]["episode_return"],
+                                                       out[1]["episodes"])),
+             purejaxrl_case(f"{rivals.ppo_label} ppo_continuous_action", rivals.continuous,
+                            defaults, hparams, num_envs, total,
+                            score=lambda out: late_return(
+                                out["metrics"]["returned_episode_returns"],
+                                out["metrics"]["returned_episode"]))]
+    width = "-".join(str(h) for h in fields["hidden_sizes"])
+    name = (f"continuous PPO+GAE {fields['env']}, {num_envs} envs x {fields['num_steps']} steps, "
+            f"{width} {fields['activation']}, {total:,} steps (PureJaxRL's own: "
+            f"{int(rivals.continuous_defaults['NUM_ENVS'])} envs, "
+            f"{int(rivals.continuous_defaults['TOTAL_TIMESTEPS']):,} steps)")
+    result = race_result(name, race(cases, repeats, args.seed))
+    result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
+        result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
+    result["score"] = "mean return of the episodes that ended in the last tenth of each run"
     return result
 
 

@@ -6,6 +6,7 @@ revision, and the cost of its fitted credit models, each race in one process.
     jaxcredit bench train --no-main --redistributors rudder --redistribute-fit-steps 1,4,16
     jaxcredit bench train --no-main --dqn --purejaxrl-git DIR
     jaxcredit bench train --no-main --rnn --purejaxrl-git DIR
+    jaxcredit bench train --no-main --continuous --purejaxrl-git DIR
     python -m jaxcredit.bench train ...
 
 Races (protocol in :mod:`jaxcredit.bench.timing`: compiled ahead of time, compile time apart,
@@ -29,6 +30,24 @@ calls alternating, SPS = env steps per call / median call time):
   defaults (CartPole-v1, 4 envs × 128 steps, 4 epochs × 4 minibatches of whole sequences, a
   128-unit ReLU embedding, GRU and heads, lr 2.5e-4 annealed, 5e5 env steps, one seed), no
   evaluation. Needs ``--purejaxrl``/``--purejaxrl-git``.
+* ``--continuous``: continuous PPO (``--action-dist gaussian``, running normalisation) against
+  PureJaxRL's ``ppo_continuous_action.py`` on its own settings (4 epochs × 32 minibatches,
+  10-step rollouts, two 256-256 tanh towers with a state-independent log σ, lr 3e-4 not
+  annealed, entropy 0, observations and rewards normalised), on ``--continuous-env`` (a task of
+  jaxcredit's registry with ``Box`` actions, Pendulum-v1 by default: its script trains on Brax,
+  and runs unchanged on the task through the bridge of :mod:`.purejaxrl`; both engines step the
+  same task, with actions in [−1, 1] scaled onto its bounds). Its own size, 2048 envs × 5e7
+  steps, is the default on an accelerator; on CPU 64 envs × 1e5 steps (``--continuous-envs``,
+  ``--continuous-timesteps``). One seed, no evaluation; each row also gives the final return of
+  every timed run (the episodes that ended in its last tenth), to show that the two programs
+  learn alike. Needs ``--purejaxrl``/``--purejaxrl-git``. What the two programs still compute
+  differently: at a time-out (all of Pendulum's episode ends) jaxcredit bootstraps from
+  V(s'_{t+1}), for which it runs its critic a second time over the window's final
+  observations, and PureJaxRL treats the end as terminal; jaxcredit's running return for the
+  reward scale adds the step's reward before an episode's end resets it (Gymnasium's
+  ``NormalizeReward``), PureJaxRL's resets it first; jaxcredit reduces its metrics to scalars
+  per update, PureJaxRL returns its wrappers' per-step ``info`` ([updates, steps, envs] arrays);
+  their random streams differ, so no run is the same number for number.
 * ``--estimators``: A2C with each estimator against A2C+GAE at one size, once per value of
   ``--fit-steps`` (the learned models' ``estimator_fit_steps``), without evaluation.
 * ``--redistributors``: PPO (PureJaxRL's defaults, ``--redistributor-envs`` ×
@@ -56,10 +75,10 @@ from jaxcredit import agents as current
 from jaxcredit import envs
 from jaxcredit.bench import baseline as baseline_lib
 from jaxcredit.bench import purejaxrl as purejaxrl_lib
-from jaxcredit.bench.races import (PPO_ENV, REDISTRIBUTOR_ENV, Rivals, dqn_races,
-                                   estimator_races, format_race, main_race,
-                                   redistributor_fields, redistributor_races, rnn_race,
-                                   scale_races)
+from jaxcredit.bench.races import (CONTINUOUS_ENV, PPO_ENV, REDISTRIBUTOR_ENV, Rivals,
+                                   continuous_race, dqn_races, estimator_races, format_race,
+                                   main_race, redistributor_fields, redistributor_races,
+                                   rnn_race, scale_races)
 from jaxcredit.flags import Repeatable, flat, parse_options
 from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
 from jaxcredit.estimators import make_estimator
@@ -108,6 +127,16 @@ class TrainBench:
     --purejaxrl-git)"""
     rnn_timesteps: Optional[float] = None
     """env steps per call in the recurrent race (default: ppo_rnn.py's own, 5e5)"""
+    continuous: bool = False
+    """the continuous PPO race against PureJaxRL's ppo_continuous_action.py (needs --purejaxrl
+    or --purejaxrl-git)"""
+    continuous_env: str = CONTINUOUS_ENV
+    """task of the continuous race (jaxcredit's registry, Box actions)"""
+    continuous_envs: Optional[int] = None
+    """envs of the continuous race (default: its own 2048 on an accelerator, 64 on CPU)"""
+    continuous_timesteps: Optional[float] = None
+    """env steps per call in the continuous race (default: its own 5e7 on an accelerator, 1e5
+    on CPU)"""
     estimators: tuple[str, ...] = ()
     """race A2C with each estimator spec NAME[:KEY=VALUE...] (comma-separated) against A2C+GAE"""
     fit_steps: tuple[str, ...] = ("4",)
@@ -201,8 +230,9 @@ def check(args: TrainBench) -> Checked:
                  "estimator_envs", "estimator_steps", "estimator_updates", "estimator_seeds",
                  "redistributor_envs", "redistributor_steps", "redistributor_updates"):
         _positive(name, getattr(args, name))
-    if args.rnn_timesteps is not None:
-        _positive("rnn_timesteps", args.rnn_timesteps)
+    for name in ("rnn_timesteps", "continuous_envs", "continuous_timesteps"):
+        if getattr(args, name) is not None:
+            _positive(name, getattr(args, name))
     for name in ("big_envs", "seeds"):
         for value in getattr(args, name):
             _positive(name, value)
@@ -213,9 +243,15 @@ def check(args: TrainBench) -> Checked:
     if args.rnn and not (args.purejaxrl or args.purejaxrl_git):
         raise ValueError("--rnn races PureJaxRL's ppo_rnn.py: pass --purejaxrl DIR or "
                          "--purejaxrl-git DIR")
-    if not (args.main or args.estimators or args.redistributors or args.dqn or args.rnn):
+    if args.continuous and not (args.purejaxrl or args.purejaxrl_git):
+        raise ValueError("--continuous races PureJaxRL's ppo_continuous_action.py: pass "
+                         "--purejaxrl DIR or --purejaxrl-git DIR")
+    if args.continuous:
+        purejaxrl_lib.continuous_task(args.continuous_env)  # unknown, or not continuous
+    if not (args.main or args.estimators or args.redistributors or args.dqn or args.rnn
+            or args.continuous):
         raise ValueError("--no-main leaves nothing to run; add --estimators, --redistributors, "
-                         "--dqn or --rnn")
+                         "--dqn, --rnn or --continuous")
     if args.dqn and not (args.purejaxrl or args.purejaxrl_git):
         raise ValueError("--dqn races PureJaxRL's dqn.py: pass --purejaxrl DIR or "
                          "--purejaxrl-git DIR")
@@ -234,7 +270,8 @@ def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
     rivals = Rivals()
     if args.purejaxrl or args.purejaxrl_git:
         files = (purejaxrl_lib.FILES + ((purejaxrl_lib.DQN_FILE,) if args.dqn else ())
-                 + ((purejaxrl_lib.RNN_FILE,) if args.rnn else ()))
+                 + ((purejaxrl_lib.RNN_FILE,) if args.rnn else ())
+                 + ((purejaxrl_lib.CONTINUOUS_FILE,) if args.continuous else ()))
         if args.purejaxrl:
             folder = purejaxrl_lib.source_folder(args.purejaxrl)
             revision = purejaxrl_lib.describe(folder)
@@ -248,6 +285,9 @@ def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
         if args.rnn:
             rivals.rnn, rivals.rnn_defaults = purejaxrl_lib.load_ppo(folder,
                                                                      purejaxrl_lib.RNN_FILE)
+        if args.continuous:
+            rivals.continuous, rivals.continuous_defaults = purejaxrl_lib.load_ppo(
+                folder, purejaxrl_lib.CONTINUOUS_FILE)
     if args.baseline_rev:
         rivals.baseline, short = baseline_lib.import_revision(args.baseline_rev, workdir)
         rivals.baseline_label = f"jaxcredit {short}"
@@ -292,6 +332,14 @@ def bench(args: TrainBench) -> dict:
             report(result)
             for label, ratio in result["ratios"].items():
                 print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
+        if args.continuous:
+            result = continuous_race(args, rivals, repeats)
+            report(result)
+            for label, ratio in result["ratios"].items():
+                print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
+            for case in result["cases"]:
+                print(f"final return {case['label']}: median {case['score_median']:.1f} of "
+                      f"{case['score_all']} ({result['score']})")
         if args.dqn:
             for result in dqn_races(args, rivals, repeats):
                 report(result)
