@@ -434,13 +434,22 @@ def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Seque
                     sys.argv[1:] if argv is None else argv))
     files = report(out, cases, meta)
     print(f"report in {out}: {', '.join(files)}")
-    if args.publish:
-        try:
-            publish(out, pathlib.Path(here) / "results", files, args.force)
-        except ValueError as err:
-            print(f"run.py: error: {err}", file=sys.stderr)
-            return 2
-        print(f"published to {pathlib.Path(here) / 'results'}")
+    return publish_if_asked(args, out, here, files)
+
+
+def publish_if_asked(args: OutputArgs, out: pathlib.Path, here: pathlib.Path,
+                     files: Sequence[str], script: str = "run.py") -> int:
+    """A script's last step: with ``--publish``, copy ``files`` into ``here/results``
+    (:func:`publish`). Returns the exit status: 2 with one line on stderr when published results
+    would be replaced without ``--force``, else 0."""
+    if not args.publish:
+        return 0
+    try:
+        publish(out, pathlib.Path(here) / "results", files, args.force)
+    except ValueError as err:
+        print(f"{script}: error: {err}", file=sys.stderr)
+        return 2
+    print(f"published to {pathlib.Path(here) / 'results'}")
     return 0
 
 

@@ -151,14 +151,8 @@ def main(argv=None) -> int:
          "variants": {name: list(VARIANTS[name]) for name in VARIANTS},
          "scores": {name: s.tolist() for name, s in scores.items()}}, indent=1))
     print("\n".join(lines))
-    if args.publish:
-        try:
-            X.publish(out, HERE / "results", ["dqn_ablation.md", "dqn_ablation.json"],
-                      args.force)
-        except ValueError as err:
-            print(f"dqn_ablation.py: error: {err}", file=sys.stderr)
-            return 2
-    return 0
+    return X.publish_if_asked(args, out, HERE, ["dqn_ablation.md", "dqn_ablation.json"],
+                              "dqn_ablation.py")
 
 
 if __name__ == "__main__":

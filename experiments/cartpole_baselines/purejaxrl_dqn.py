@@ -245,14 +245,7 @@ def main(argv=None) -> int:
                        + " ".join(sys.argv[1:] if argv is None else argv)}
     files = report(out, result, meta)
     print(f"report in {out}: {', '.join(files)}")
-    if args.publish:
-        try:
-            X.publish(out, HERE / "results", files, args.force)
-        except ValueError as err:
-            print(f"purejaxrl_dqn.py: error: {err}", file=sys.stderr)
-            return 2
-        print(f"published to {HERE / 'results'}")
-    return 0
+    return X.publish_if_asked(args, out, HERE, files, "purejaxrl_dqn.py")
 
 
 if __name__ == "__main__":

@@ -212,14 +212,7 @@ def main(argv=None) -> int:
                     sys.argv[1:] if argv is None else argv))
     files = report(out, results, meta)
     print(f"report in {out}: {', '.join(files)}")
-    if args.publish:
-        try:
-            X.publish(out, HERE / "results", files, args.force)
-        except ValueError as err:
-            print(f"run.py: error: {err}", file=sys.stderr)
-            return 2
-        print(f"published to {HERE / 'results'}")
-    return 0
+    return X.publish_if_asked(args, out, HERE, files)
 
 
 if __name__ == "__main__":

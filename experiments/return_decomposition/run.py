@@ -268,14 +268,7 @@ def main(argv=None) -> int:
                 command="python experiments/return_decomposition/run.py " + " ".join(
                     sys.argv[1:] if argv is None else argv), **size)
     files = report(out, recovery, learning, meta)
-    if args.publish:
-        try:
-            X.publish(out, HERE / "results", files, args.force)
-        except ValueError as err:
-            print(f"run.py: error: {err}", file=sys.stderr)
-            return 2
-        print(f"published to {HERE / 'results'}")
-    return 0
+    return X.publish_if_asked(args, out, HERE, files)
 
 
 if __name__ == "__main__":
