@@ -133,9 +133,12 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
 
 
 def test_credit_error_metrics_appear_at_evaluation_points_only():
+    # tests/test_every_part.py's cocoa_reward program (the same config, hyper-parameters as
+    # arguments), which the session's compile cache then holds once for both files.
     config = TrainConfig.from_flat(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
                                    env_options=(("length", 6),), num_envs=4, num_steps=6,
-                                   total_timesteps=4 * 6 * 4, eval_every=2, eval_episodes=4)
+                                   total_timesteps=4 * 6 * 2, eval_every=2, eval_episodes=2,
+                                   hidden_sizes=(8,), num_minibatches=1, update_epochs=1)
     engine = make_engine(config)
     _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
     # KeyToDoor's four reward values: 0, the two apples, the treasure.
@@ -144,7 +147,7 @@ def test_credit_error_metrics_appear_at_evaluation_points_only():
                  "grad_ascent_fitted", "grad_ascent_oracle",
                  *(f"rmse_decisive_reward{i}" for i in range(4))):
         values = np.asarray(metrics[f"credit/{name}"])
-        assert np.isnan(values[[0, 2]]).all() and np.isfinite(values[[1, 3]]).all(), name
+        assert np.isnan(values[0]) and np.isfinite(values[1]), name
 
 
 def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
