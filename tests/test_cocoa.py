@@ -423,14 +423,17 @@ def test_fitted_cocoa_model_is_close_to_the_exact_one(env, max_kl):
 
 
 def test_cocoa_reward_trains_in_the_engine_with_the_kl_metric():
+    # tests/test_every_part.py's cocoa_reward program (the same config, hyper-parameters as
+    # arguments), which the session's compile cache then holds once for the files that run it.
     for estimator, options in (("cocoa_reward", ()),):
         config = TrainConfig.from_flat(algo="a2c", env="KeyToDoor", env_options=(("length", 6),),
                                        estimator=estimator, estimator_options=options, num_envs=4,
-                                       num_steps=6, total_timesteps=4 * 6 * 4, eval_every=2,
-                                       eval_episodes=4, hidden_sizes=(16,))
+                                       num_steps=6, total_timesteps=4 * 6 * 2, eval_every=2,
+                                       eval_episodes=2, hidden_sizes=(8,), num_minibatches=1,
+                                       update_epochs=1)
         engine = make_engine(config)
         hparams = Hparams.create(gamma=1.0, lambda_=0.9)
-        state, metrics = jax.jit(lambda k: engine.run(engine.init(k), hparams, 4))(KEY)
+        state, metrics = jax.jit(engine.train)(KEY, hparams)
         names = set(metrics)
         for name, values in metrics.items():
             values = np.asarray(values)

@@ -94,7 +94,7 @@ def _tree_engine():
 def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
     engine = _tree_engine()
     hp = Hparams.create(gamma=1.0)
-    state = engine.init(jax.random.key(0))
+    state = jax.jit(engine.init)(jax.random.key(0))
     # A policy away from uniform, so the hindsight is informative.
     params = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape),
                           state.agent.params)
@@ -104,6 +104,7 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
     exact = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, 1.0)
     table = jnp.asarray(exact["log_h"])
 
+    @jax.jit  # one program for both tables
     def metrics_with(table):
         est = state.estimator.replace(params={"table": table})
         return engine.evaluate(state.replace(estimator=est), hp)
@@ -132,9 +133,12 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
 
 
 def test_credit_error_metrics_appear_at_evaluation_points_only():
+    # tests/test_every_part.py's cocoa_reward program (the same config, hyper-parameters as
+    # arguments), which the session's compile cache then holds once for both files.
     config = TrainConfig.from_flat(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
                                    env_options=(("length", 6),), num_envs=4, num_steps=6,
-                                   total_timesteps=4 * 6 * 4, eval_every=2, eval_episodes=4)
+                                   total_timesteps=4 * 6 * 2, eval_every=2, eval_episodes=2,
+                                   hidden_sizes=(8,), num_minibatches=1, update_epochs=1)
     engine = make_engine(config)
     _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
     # KeyToDoor's four reward values: 0, the two apples, the treasure.
@@ -143,7 +147,7 @@ def test_credit_error_metrics_appear_at_evaluation_points_only():
                  "grad_ascent_fitted", "grad_ascent_oracle",
                  *(f"rmse_decisive_reward{i}" for i in range(4))):
         values = np.asarray(metrics[f"credit/{name}"])
-        assert np.isnan(values[[0, 2]]).all() and np.isfinite(values[[1, 3]]).all(), name
+        assert np.isnan(values[0]) and np.isfinite(values[1]), name
 
 
 def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
@@ -156,9 +160,10 @@ def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
                                    eval_every=1, eval_episodes=2)
     engine = make_engine(config)
     keys = jax.random.split(jax.random.key(0), 4)
+    train = jax.jit(jax.vmap(engine.train))  # one program for both discounts
     for gamma, finite in ((0.99, False), (1.0, True)):
         hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (4,)), Hparams.create(gamma=gamma))
-        _, metrics = jax.jit(jax.vmap(engine.train))(keys, hp)
+        _, metrics = train(keys, hp)
         for name in ("estimator/kl_to_exact", "credit/rmse_to_exact", "credit/grad_cos_oracle",
                      "credit/ratio_rmse_to_exact"):
             assert np.isfinite(np.asarray(metrics[name])).all() == finite, (gamma, name)

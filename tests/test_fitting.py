@@ -235,25 +235,32 @@ def test_the_engine_fits_on_a_ring_of_recent_windows():
 def test_credit_before_the_fit_does_not_see_the_windows_own_fit():
     """With ``estimator_assign_before_fit`` the first update's credit comes from the initial
     model, so the agent's first step is the same whatever the model's learning rate; assigned
-    after the fit (the default) it is not."""
-    def first_step(before: bool, fit_steps: int):
+    after the fit (the default) it is not. One compiled program per order: the model's rate is
+    a traced hyper-parameter, and at rate 0 (below what ``Hparams.create`` accepts, so set
+    directly) its fit runs and leaves it exactly where it started."""
+    def trainer(before: bool):
         config = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="AmbiguousBandit",
                                        num_envs=8, num_steps=1, total_timesteps=8, eval_every=0,
                                        estimator_assign_before_fit=before,
-                                       estimator_fit_steps=fit_steps)
-        engine = make_engine(config)
-        state, _ = jax.jit(engine.train)(jax.random.key(0), Hparams.create(estimator_lr=0.5))
-        return state.agent.params, state.estimator.params
+                                       estimator_fit_steps=4)
+        train = jax.jit(make_engine(config).train)
+
+        def first_step(estimator_lr: float):
+            hparams = Hparams.create().replace(estimator_lr=jnp.float32(estimator_lr))
+            state, _ = train(jax.random.key(0), hparams)
+            return state.agent.params, state.estimator.params
+        return first_step
 
     def differ(a, b):
         return float(optax.global_norm(jax.tree.map(lambda x, y: x - y, a, b)))
 
-    agent_slow, model_slow = first_step(True, 0)
-    agent_fast, model_fast = first_step(True, 4)
+    before, after = trainer(True), trainer(False)
+    agent_slow, model_slow = before(0.0)
+    agent_fast, model_fast = before(0.5)
     assert differ(model_slow, model_fast) > 1e-3  # the fit did move the model
     assert differ(agent_slow, agent_fast) == 0.0
-    after_slow, _ = first_step(False, 0)
-    after_fast, _ = first_step(False, 4)
+    after_slow, _ = after(0.0)
+    after_fast, _ = after(0.5)
     assert differ(after_slow, agent_slow) == 0.0  # no fit: the two orders agree
     assert differ(after_slow, after_fast) > 1e-6
 

@@ -135,7 +135,9 @@ def test_the_engine_adapts_lambda_and_gamma():
 
 
 def test_with_a_tiny_meta_rate_the_agent_trains_as_without_the_meta_gradient():
-    with_meta, _ = _engine(("lambda",), meta_lr=1e-10)
+    # Both parameters meta-learned: test_the_engine_adapts_lambda_and_gamma's program (the meta
+    # rate is an argument), compiled once for both tests.
+    with_meta, _ = _engine(("lambda", "gamma"), meta_lr=1e-10)
     without, _ = _engine(())
     for a, b in zip(jax.tree.leaves(with_meta.agent.params), jax.tree.leaves(without.agent.params)):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)

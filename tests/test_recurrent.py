@@ -34,13 +34,13 @@ def test_first_steps_marks_the_window_start_and_every_step_after_an_end():
 @pytest.mark.parametrize("policy", ["gru", "lru"])  # the LSTM shares the GRU's scanned cell
 def test_rerunning_a_window_gives_the_policy_and_values_the_agent_acted_with(policy):
     eng = engine(policy)
-    state = eng.init(jax.random.key(0))
+    state = jax.jit(eng.init)(jax.random.key(0))
     state, _ = jax.jit(eng.update_step)(state, Hparams())  # a window that starts mid-episode
-    window = eng.collect(state, Hparams(), jax.random.key(1))
+    window = jax.jit(eng.collect)(state, Hparams(), jax.random.key(1))
     traj = window.trajectory
     assert not bool(window.first[0].all()) and bool(traj.done.any())
-    logits, value = eng.agent_network.outputs(state.agent.params, window.memory, traj.obs,
-                                              window.first)
+    logits, value = jax.jit(eng.agent_network.outputs)(state.agent.params, window.memory,
+                                                       traj.obs, window.first)
     np.testing.assert_allclose(logits, traj.logits, atol=1e-5)
     np.testing.assert_allclose(value, traj.value, atol=1e-6)
     # V(s'_{t+1}) continues the episode from the memory after step t: within an episode it is
@@ -68,8 +68,8 @@ def test_the_memory_is_zeroed_where_an_episode_starts(policy):
 
 def test_recurrent_minibatches_are_whole_environments():
     eng = engine()
-    state = eng.init(jax.random.key(0))
-    window = eng.collect(state, Hparams(), jax.random.key(1))
+    state = jax.jit(eng.init)(jax.random.key(0))
+    window = jax.jit(eng.collect)(state, Hparams(), jax.random.key(1))
     traj, memory = window.trajectory, jnp.arange(4.0)[:, None] * jnp.ones((4, 16))
     column = traj.replace(reward=jnp.broadcast_to(jnp.arange(4.0), (10, 4)))
     (per_step, _), mb_memory, mb_first = _minibatches(
