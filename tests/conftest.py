@@ -42,6 +42,15 @@ def train_gru_from_cli(out, env: str, options=()) -> dict:
     return runlog.read_metrics(out)
 
 
+def init_and_train(engine, key, hparams):
+    """``engine.train(key, hparams)`` that also returns the state the run starts from, in one
+    program (``jax.jit(init_and_train, static_argnums=0)``): a separate ``jit(engine.init)`` is a
+    second compile. Tests that train the same config through it share one compiled program (the
+    session's compilation cache below)."""
+    init = engine.init(key)
+    return init, engine.run(init, hparams, engine.config.num_updates)
+
+
 def users_xla_env(extra: str = "") -> dict:
     """The environment of a subprocess that runs at the XLA flags users run (without
     TEST_XLA_FLAGS), plus ``extra`` flags: the checks of bit-exact resume and of sharded

@@ -14,7 +14,8 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxcredit.agents import Hparams, TrainConfig, make_engine, make_train
+from conftest import init_and_train
+from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.objectives import losses
 from jaxcredit.networks import ActorCritic
 
@@ -234,7 +235,9 @@ TINY = dict(env="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 
 def test_algorithms_run_deterministically(algo):
     config = TrainConfig.from_flat(algo=algo, estimator="mc" if algo == "reinforce" else "gae",
                                    **TINY)
-    train = jax.jit(make_train(config))
+    engine = make_engine(config)
+    jitted = jax.jit(init_and_train, static_argnums=0)  # chunked_run_equals_whole_run's too
+    train = lambda key, hp: jitted(engine, key, hp)[1]  # noqa: E731
     hparams = Hparams.create()
     state_a, metrics_a = train(jax.random.key(3), hparams)
     state_b, metrics_b = train(jax.random.key(3), hparams)
@@ -258,12 +261,13 @@ def test_algorithms_run_deterministically(algo):
 def test_chunked_run_equals_whole_run():
     """Two chunks of ``Engine.run`` give bit-identical results to one scan over all updates."""
     # The whole run is test_algorithms_run_deterministically[a2c]'s program (same config,
-    # hyper-parameters as arguments), which the session's compile cache then holds already.
+    # hyper-parameters as arguments), which the session's compile cache then holds already; it
+    # returns the state it starts from, where the chunks start too.
     engine = make_engine(TrainConfig.from_flat(algo="a2c", estimator="gae", **TINY))
     hparams = Hparams.create()
-    whole = jax.jit(engine.train)(jax.random.key(5), hparams)
+    init, whole = jax.jit(init_and_train, static_argnums=0)(engine, jax.random.key(5), hparams)
     run3 = jax.jit(engine.run, static_argnums=2)
-    state, first = run3(jax.jit(engine.init)(jax.random.key(5)), hparams, 3)
+    state, first = run3(init, hparams, 3)
     state, second = run3(state, hparams, 3)
     chex.assert_trees_all_equal(whole[1], jax.tree.map(lambda a, b: jnp.concatenate([a, b]),
                                                        first, second))
@@ -300,12 +304,12 @@ def test_learned_all_action_estimator_is_trained_in_the_same_step():
     engine = make_engine(config)
     assert engine.estimator.all_action and engine.estimator.learned
     hparams = Hparams.create()
-    init = engine.init(jax.random.key(0))
+    init, (state, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, jax.random.key(0),
+                                                                        hparams)
     window = jax.eval_shape(engine.collect, init, hparams, jax.random.key(1))
     _, credit, _, _ = jax.eval_shape(engine.assign_credit, init, window.trajectory, hparams,
                                      jax.random.key(2))
     assert credit.advantage.shape == (16, 4, 2)
-    state, metrics = jax.jit(engine.train)(jax.random.key(0), hparams)
     assert {"estimator/loss", "estimator/hindsight_loss"} <= set(metrics)
     assert np.all(np.isfinite(metrics["loss"]))
     moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), init.estimator.params,

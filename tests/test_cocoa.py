@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import init_and_train
 from jaxcredit import diagnostics as D
 from jaxcredit.diagnostics import program as P
 from jaxcredit import envs
@@ -423,8 +424,9 @@ def test_fitted_cocoa_model_is_close_to_the_exact_one(env, max_kl):
 
 
 def test_cocoa_reward_trains_in_the_engine_with_the_kl_metric():
-    # tests/test_every_part.py's cocoa_reward program (the same config, hyper-parameters as
-    # arguments), which the session's compile cache then holds once for the files that run it.
+    # tests/test_every_part.py's cocoa_reward program (the same config and
+    # conftest.init_and_train, hyper-parameters as arguments), which the session's compile cache
+    # holds once for the files that run it.
     for estimator, options in (("cocoa_reward", ()),):
         config = TrainConfig.from_flat(algo="a2c", env="KeyToDoor", env_options=(("length", 6),),
                                        estimator=estimator, estimator_options=options, num_envs=4,
@@ -433,7 +435,7 @@ def test_cocoa_reward_trains_in_the_engine_with_the_kl_metric():
                                        update_epochs=1)
         engine = make_engine(config)
         hparams = Hparams.create(gamma=1.0, lambda_=0.9)
-        state, metrics = jax.jit(engine.train)(KEY, hparams)
+        _, (state, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, KEY, hparams)
         names = set(metrics)
         for name, values in metrics.items():
             values = np.asarray(values)

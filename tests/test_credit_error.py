@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from conftest import init_and_train
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.agents import credit_error as CE
 from jaxcredit.exact import ground_truth as gt_lib
@@ -133,14 +134,16 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
 
 
 def test_credit_error_metrics_appear_at_evaluation_points_only():
-    # tests/test_every_part.py's cocoa_reward program (the same config, hyper-parameters as
-    # arguments), which the session's compile cache then holds once for both files.
+    # tests/test_every_part.py's cocoa_reward program (the same config and
+    # conftest.init_and_train, hyper-parameters as arguments), which the session's compile cache
+    # holds once for the files that run it.
     config = TrainConfig.from_flat(algo="a2c", estimator="cocoa_reward", env="KeyToDoor",
                                    env_options=(("length", 6),), num_envs=4, num_steps=6,
                                    total_timesteps=4 * 6 * 2, eval_every=2, eval_episodes=2,
                                    hidden_sizes=(8,), num_minibatches=1, update_epochs=1)
     engine = make_engine(config)
-    _, metrics = jax.jit(engine.train)(jax.random.key(0), Hparams.create(gamma=1.0))
+    _, (_, metrics) = jax.jit(init_and_train, static_argnums=0)(
+        engine, jax.random.key(0), Hparams.create(gamma=1.0))
     # KeyToDoor's four reward values: 0, the two apples, the treasure.
     for name in ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
                  "grad_cos_fitted", "grad_cos_oracle", "grad_cos_to_oracle", "grad_norm_ratio",

@@ -5,6 +5,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.exact import ground_truth as gt
@@ -40,11 +41,19 @@ CONFIG = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="DelayedE
                                eval_episodes=4)
 
 
-def test_evaluation_metrics_sit_at_block_ends_and_do_not_change_training():
+@pytest.fixture(scope="module")
+def evaluated_run():
+    """CONFIG's run with its evaluations: (engine, final state, metrics). The last update ends a
+    block, so its evaluation metrics are those of the final state."""
+    engine = make_engine(CONFIG)
+    state, metrics = jax.jit(engine.train)(KEY, Hparams.create(gamma=1.0))
+    return engine, state, metrics
+
+
+def test_evaluation_metrics_sit_at_block_ends_and_do_not_change_training(evaluated_run):
     hparams = Hparams.create(gamma=1.0)
-    with_eval = make_engine(CONFIG)
+    _, state_a, metrics_a = evaluated_run
     without = make_engine(CONFIG.replace(eval_every=0))
-    state_a, metrics_a = jax.jit(with_eval.train)(KEY, hparams)
     state_b, metrics_b = jax.jit(without.train)(KEY, hparams)
     chex.assert_trees_all_equal(state_a.agent.params, state_b.agent.params)
     for name, values in metrics_b.items():
@@ -58,17 +67,14 @@ def test_evaluation_metrics_sit_at_block_ends_and_do_not_change_training():
         assert name not in metrics_b
 
 
-def test_exact_return_and_task_metric_are_those_of_the_policy_network():
-    engine = make_engine(CONFIG)
-    hparams = Hparams.create(gamma=1.0)
-    state = engine.init(KEY)
-    metrics = jax.jit(engine.evaluate)(state, hparams)
+def test_exact_return_and_task_metric_are_those_of_the_policy_network(evaluated_run):
+    engine, state, metrics = evaluated_run  # the last evaluation is the final state's
     mdp = engine.env.tabular_mdp(engine.env_params)
     logits = engine.network.apply(state.agent.params, mdp.observation, method=ActorCritic.policy)
     pi = jax.nn.softmax(logits)
     # DelayedEffect: J = P(a0 = 0) · 1 + P(a0 = 1) · (−1) = 2 π(0|s0) − 1.
-    np.testing.assert_allclose(metrics["eval/p_optimal_first_action"], pi[0, 0], rtol=1e-6)
-    np.testing.assert_allclose(metrics["eval/exact_return"], 2 * pi[0, 0] - 1, atol=1e-5)
+    np.testing.assert_allclose(metrics["eval/p_optimal_first_action"][-1], pi[0, 0], rtol=1e-6)
+    np.testing.assert_allclose(metrics["eval/exact_return"][-1], 2 * pi[0, 0] - 1, atol=1e-5)
 
 
 def test_state_oracle_credit_equals_credit_from_the_dp_hindsight_table():

@@ -16,6 +16,7 @@ import numpy as np
 import optax
 import pytest
 
+from conftest import init_and_train
 from jaxcredit import objectives, redistribute
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.estimators.registry import ESTIMATORS
@@ -88,8 +89,7 @@ def _train(fields: dict, **hparams):
     engine = make_engine(config)
     key = jax.random.key(0)
     hp = Hparams.create(**hparams)
-    init = jax.jit(engine.init)(key)
-    state, metrics = jax.jit(engine.train)(key, hp)
+    init, (state, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, key, hp)
     last = {k: float(np.asarray(v)[-1]) for k, v in metrics.items()}
     bad = {k: v for k, v in last.items() if not np.isfinite(v) and k not in MAY_BE_NAN}
     assert not bad, f"non-finite metrics at the evaluated update: {bad}"
@@ -159,8 +159,8 @@ def test_the_dueling_q_head_trains_in_the_off_policy_engine():
                                    eval_episodes=2, **fields)
     engine = make_engine(config)
     key = jax.random.key(0)
-    init = jax.jit(engine.init)(key)
-    state, metrics = jax.jit(engine.train)(key, Hparams.create())
+    init, (state, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, key,
+                                                                        Hparams.create())
     last = {k: float(np.asarray(v)[-1]) for k, v in metrics.items()}
     bad = {k: v for k, v in last.items() if not np.isfinite(v) and k not in MAY_BE_NAN}
     assert not bad, bad

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import init_and_train
 from jaxcredit import objectives, presets, redistribute, relabel
 from jaxcredit.agents import ALGO_PRESETS, Hparams, TrainConfig, make_engine
 from jaxcredit.estimators import Estimator, make_estimator, register, registered
@@ -98,9 +99,9 @@ def test_learned_redistributor_is_fitted_and_changes_the_rewards():
     assert offsets[0] < offsets[-1] and 0.5 < float(state.redistributor.params["b"]) < 1.2
     assert {"redistribute/loss", "redistribute/loss_first", "redistribute/grad_norm"} <= set(
         metrics)
-    window = engine.collect(state, hparams, jax.random.key(1))
-    traj, credit, fitted, _ = engine.assign_credit(state, window.trajectory, hparams,
-                                                   jax.random.key(2))
+    window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
+    traj, credit, fitted, _ = jax.jit(engine.assign_credit)(state, window.trajectory, hparams,
+                                                            jax.random.key(2))
     # Fitted again on this window first, then applied with the new offset.
     np.testing.assert_allclose(traj.reward, 1.0 - fitted.redistributor.params["b"], rtol=1e-5)
     assert np.all(np.isfinite(credit.advantage))
@@ -112,11 +113,11 @@ def test_relabeller_runs_before_the_critic_and_objective_is_pluggable():
     config = TrainConfig.from_flat(algo="a2c", relabel="doubled", objective="bare_pg", **TINY)
     engine = make_engine(config)
     hparams = Hparams.create()
-    state = engine.init(KEY)
+    # The initial state comes with the run (one program).
+    state, (_, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, KEY, hparams)
     window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
     np.testing.assert_allclose(window.trajectory.reward, 2.0)  # CartPole pays 1
     # Training episodes still report the environment's own returns.
-    _, metrics = jax.jit(engine.train)(KEY, hparams)
     assert "custom_objective" in metrics and "value_loss" not in metrics
 
 
