@@ -354,7 +354,8 @@ def make_rrd(sample_size: int = 64, batch_size: int = 256, units: str = "step",
              bias_correction: bool = False, hidden: Sequence[int] | str = (256, 256),
              next_obs: bool = True, lessons: int = 256, max_episode_steps: Optional[int] = None,
              horizon: Optional[int] = None) -> Redistributor:
-    """Randomized Return Decomposition (Ren et al. 2022; module docstring).
+    """Randomized Return Decomposition (Ren et al. 2022): R̂(s, a) fitted to episode returns
+    from random subsets of their steps.
 
     Args:
       sample_size: K, the steps sampled per episode (RRD code, MuJoCo: 64).
@@ -409,8 +410,8 @@ def make_ircr(batch_size: int = 512, best: int = 10, credit: str = "mean",
               hidden: Sequence[int] | str = (256, 256), next_obs: bool = False,
               lessons: int = 256, max_episode_steps: Optional[int] = None,
               horizon: Optional[int] = None) -> Redistributor:
-    """Iterative Relative Credit Refinement's guidance rewards (Gangwani et al. 2020; module
-    docstring), learned by regression.
+    """IRCR's guidance rewards (Gangwani et al. 2020): each step regressed on its episode's
+    normalised credit, half the batch from the best episodes.
 
     Args:
       batch_size: transitions drawn per fitting step from the first-in first-out buffer, and as
