@@ -14,7 +14,7 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from conftest import init_and_train
+from conftest import bitwise_jit, init_and_train
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.objectives import losses
 from jaxcredit.networks import ActorCritic
@@ -236,7 +236,8 @@ def test_algorithms_run_deterministically(algo):
     config = TrainConfig.from_flat(algo=algo, estimator="mc" if algo == "reinforce" else "gae",
                                    **TINY)
     engine = make_engine(config)
-    jitted = jax.jit(init_and_train, static_argnums=0)  # chunked_run_equals_whole_run's too
+    # At a2c this is chunked_run_equals_whole_run's whole run, compiled once for both.
+    jitted = bitwise_jit(init_and_train, static_argnums=0)
     train = lambda key, hp: jitted(engine, key, hp)[1]  # noqa: E731
     hparams = Hparams.create()
     state_a, metrics_a = train(jax.random.key(3), hparams)
@@ -261,12 +262,13 @@ def test_algorithms_run_deterministically(algo):
 def test_chunked_run_equals_whole_run():
     """Two chunks of ``Engine.run`` give bit-identical results to one scan over all updates."""
     # The whole run is test_algorithms_run_deterministically[a2c]'s program (same config,
-    # hyper-parameters as arguments), which the session's compile cache then holds already; it
-    # returns the state it starts from, where the chunks start too.
+    # hyper-parameters as arguments, bitwise_jit's compile level), which the session's compile
+    # cache then holds already; it returns the state it starts from, where the chunks start too.
     engine = make_engine(TrainConfig.from_flat(algo="a2c", estimator="gae", **TINY))
     hparams = Hparams.create()
-    init, whole = jax.jit(init_and_train, static_argnums=0)(engine, jax.random.key(5), hparams)
-    run3 = jax.jit(engine.run, static_argnums=2)
+    init, whole = bitwise_jit(init_and_train, static_argnums=0)(engine, jax.random.key(5),
+                                                                 hparams)
+    run3 = bitwise_jit(engine.run, static_argnums=2)
     state, first = run3(init, hparams, 3)
     state, second = run3(state, hparams, 3)
     chex.assert_trees_all_equal(whole[1], jax.tree.map(lambda a, b: jnp.concatenate([a, b]),
@@ -285,9 +287,9 @@ def test_blocked_scan_without_evaluation_equals_one_flat_scan():
                                                eval_every=0))
     hparams = Hparams.create()
     state = engine.init(jax.random.key(2))
-    blocked = jax.jit(lambda s: engine.run(s, hparams, updates))(state)
-    flat = jax.jit(lambda s: jax.lax.scan(lambda c, _: engine.update_step(c, hparams), s, None,
-                                          updates))(state)
+    blocked = bitwise_jit(lambda s: engine.run(s, hparams, updates))(state)
+    flat = bitwise_jit(lambda s: jax.lax.scan(lambda c, _: engine.update_step(c, hparams), s,
+                                              None, updates))(state)
     chex.assert_trees_all_equal(blocked[1], flat[1])
     chex.assert_trees_all_equal(blocked[0].agent.params, flat[0].agent.params)
     assert blocked[1]["loss"].shape == (updates,)

@@ -472,7 +472,11 @@ def test_feature_model_learns_to_separate_reward_values():
     fitted, _ = jax.jit(lambda p: P.fit_hindsight(est, p, traj, HP, 300, 0.01,
                                                   jax.random.key(7)))(p0)
     loss1, metrics1 = loss(fitted)
-    assert float(loss1) < 0.8 * float(loss0)
+    # Both parts fall: the hindsight cross-entropy from ln 4 (h = π, uniform over 4 actions) by
+    # 16 % (1.386 -> 1.16-1.17 measured at LLVM levels 0 and 1), and the
+    # whole loss with it by 20 %.
+    assert float(metrics1["hindsight_loss"]) < 0.9 * float(metrics0["hindsight_loss"])
+    assert float(loss1) < 0.85 * float(loss0)
     # The reward variance is that of the apples (½·(0.8·23/8)² ≈ 0.26 of their steps): the
     # regression explains most of what (s, a) can explain.
     assert float(metrics1["feature_loss"]) < 0.5 * float(metrics0["feature_loss"])

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import bitwise_jit
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.exact import ground_truth as gt
@@ -46,7 +47,7 @@ def evaluated_run():
     """CONFIG's run with its evaluations: (engine, final state, metrics). The last update ends a
     block, so its evaluation metrics are those of the final state."""
     engine = make_engine(CONFIG)
-    state, metrics = jax.jit(engine.train)(KEY, Hparams.create(gamma=1.0))
+    state, metrics = bitwise_jit(engine.train)(KEY, Hparams.create(gamma=1.0))
     return engine, state, metrics
 
 
@@ -54,7 +55,7 @@ def test_evaluation_metrics_sit_at_block_ends_and_do_not_change_training(evaluat
     hparams = Hparams.create(gamma=1.0)
     _, state_a, metrics_a = evaluated_run
     without = make_engine(CONFIG.replace(eval_every=0))
-    state_b, metrics_b = jax.jit(without.train)(KEY, hparams)
+    state_b, metrics_b = bitwise_jit(without.train)(KEY, hparams)
     chex.assert_trees_all_equal(state_a.agent.params, state_b.agent.params)
     for name, values in metrics_b.items():
         np.testing.assert_array_equal(metrics_a[name], values, err_msg=name)
