@@ -13,7 +13,7 @@ import pytest
 
 from jaxcredit.fitting import FitSchedule, fit, init_fit_state
 from jaxcredit.redistribute import make_redistributor, registered
-from jaxcredit.redistribute.synthetic_returns import make_networks, outputs
+from jaxcredit.redistribute.synthetic_returns import embedding_input, make_networks, outputs
 from jaxcredit.types import Trajectory
 
 
@@ -21,12 +21,13 @@ def test_synthetic_returns_is_registered():
     assert "synthetic_returns" in registered()
 
 
-def _window(obs, reward, terminated, truncated=None, num_actions=2):
+def _window(obs, reward, terminated, truncated=None, num_actions=2, action=None):
     obs = jnp.asarray(obs, jnp.float32)
     T, N = obs.shape[:2]
     zeros = jnp.zeros((T, N), jnp.float32)
     truncated = np.zeros((T, N), bool) if truncated is None else truncated
-    return Trajectory(obs=obs, action=jnp.zeros((T, N), jnp.int32),
+    action = np.zeros((T, N), np.int32) if action is None else action
+    return Trajectory(obs=obs, action=jnp.asarray(action, jnp.int32),
                       reward=jnp.asarray(reward, jnp.float32),
                       terminated=jnp.asarray(terminated), truncated=jnp.asarray(truncated),
                       value=zeros, next_value=zeros, log_prob=zeros,
@@ -255,6 +256,73 @@ def test_the_fit_learns_a_delayed_reward_and_s_spikes_after_the_decisive_action(
     assert time.perf_counter() - start < 20.0
 
 
+def test_the_observation_action_input_by_hand():
+    """[T=1, N=2]: observations (1, 2) and (3, 4), actions 2 and 0 of 3: the observation alone,
+    or with the action's one-hot after it; a continuous action [.., 2] is appended as it is."""
+    obs = jnp.array([[[1.0, 2.0], [3.0, 4.0]]])
+    action = jnp.array([[2, 0]])
+    np.testing.assert_array_equal(embedding_input(obs, action, 3, "observation", 2), obs)
+    np.testing.assert_array_equal(embedding_input(obs, action, 3, "observation_action", 2),
+                                  [[[1, 2, 0, 0, 1], [3, 4, 1, 0, 0]]])
+    continuous = jnp.array([[[0.5, -1.0], [0.0, 2.0]]])
+    np.testing.assert_array_equal(
+        embedding_input(obs, continuous, 0, "observation_action", 2),
+        [[[1, 2, 0.5, -1.0], [3, 4, 0.0, 2.0]]])
+
+
+def test_with_the_action_as_input_s_credits_an_action_no_observation_shows():
+    """The delayed-cue episodes with the cue hidden: the observation is the step's one-hot only,
+    and the action at step 1 (0 or 1) sets the reward ±1 paid at step 5. With
+    ``inputs="observation_action"`` s separates the two actions at step 1 (the decisive pair)
+    and the loss falls tenfold; a stage blind to the action (the default input) cannot do
+    either, which is why Delayed Catch needs the option."""
+    rng = np.random.default_rng(0)
+    T, N, updates = 6, 16, 120
+    steps = (updates + 1) * T
+    phase = np.arange(steps) % EPISODE
+    action = rng.integers(0, 2, (steps, N))
+    decisive = action[np.arange(steps) - phase + CUE_STEP - 1]  # the episode's step-1 action
+    obs = np.zeros((steps, N, EPISODE))
+    obs[np.arange(steps), :, phase] = 1.0
+    reward = np.where(phase == EPISODE - 1, 1.0, 0.0)[:, None] * (2.0 * decisive - 1.0)
+    done = np.broadcast_to((phase == EPISODE - 1)[:, None], (steps, N))
+    windows = [_window(obs[w * T:(w + 1) * T], reward[w * T:(w + 1) * T],
+                       done[w * T:(w + 1) * T], action=action[w * T:(w + 1) * T])
+               for w in range(updates + 1)]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *windows[:updates])
+    schedule = FitSchedule(steps=4)
+    results = {}
+    for inputs in ("observation_action", "observation"):
+        stage = make_redistributor("synthetic_returns", capacity=8, memory_size=16,
+                                   hidden_layers=(32,), embedding_layers=(32,), inputs=inputs)
+        params = stage.init(jax.random.key(0), windows[0])
+        state = init_fit_state(params, windows[0], schedule).replace(
+            memory=stage.init_memory(windows[0]))
+
+        def update(state, window, stage=stage):
+            state, _ = fit(stage.loss, state, window, None, 1e-2, jnp.inf, jax.random.key(0),
+                           schedule, sample=lambda k: stage.sample(state.memory, k))
+            _, memory, metrics = stage.redistribute(state.params, window, jax.random.key(0),
+                                                    state.memory)
+            return state.replace(memory=memory), metrics["prediction_loss"]
+
+        state, losses = jax.jit(lambda s, w, update=update: jax.lax.scan(update, s, w))(
+            state, stacked)
+        probe = windows[-1]
+        x = embedding_input(probe.obs, probe.action, 2, inputs, 2)
+        s, *_ = outputs(make_networks(16, (32,), (32,)), state.params, x, probe.done,
+                        state.memory.embeddings, state.memory.count, 8)
+        s, a = np.asarray(s), np.asarray(probe.action)
+        at = np.asarray(probe.obs)[..., CUE_STEP - 1] > 0
+        losses = np.asarray(losses)
+        results[inputs] = (s[at & (a == 1)].mean() - s[at & (a == 0)].mean(),
+                           losses[-10:].mean() / losses[:3].mean())
+    spread, fall = results["observation_action"]
+    assert spread > 0.5 and fall < 0.1, results
+    blind_spread, blind_fall = results["observation"]
+    assert abs(blind_spread) < 0.1 and blind_fall > 0.5, results
+
+
 # ------------------------------------------------------------------------------------------
 # Options and the engine
 # ------------------------------------------------------------------------------------------
@@ -265,6 +333,8 @@ def test_bad_options_are_one_line_errors():
         make_redistributor("synthetic_returns", capacity=0)
     with pytest.raises(ValueError, match="memory_size must be a positive integer"):
         make_redistributor("synthetic_returns", memory_size=0)
+    with pytest.raises(ValueError, match="inputs must be one of observation, observation_action"):
+        make_redistributor("synthetic_returns", inputs="core")
     with pytest.raises(ValueError, match="hidden_layers must be integers separated by commas"):
         make_redistributor("synthetic_returns", hidden_layers="a,b")
     stage = make_redistributor("synthetic_returns", hidden_layers="4,4", embedding_layers="")

@@ -33,10 +33,14 @@ from jaxcredit.presets import learner_fields
 HERE = pathlib.Path(__file__).resolve().parent
 METRIC = "eval/return"
 # label -> (preset learner, fields on top). synthetic_returns at its reference settings
-# (α 0.3, β 1, memory of 300 embeddings of 128: docs/synthetic_returns.md).
+# (α 0.3, β 1, memory of 300 embeddings of 128: docs/synthetic_returns.md), its embedding reading
+# the observation (the reference's default input) or the observation and the action taken.
 LEARNERS = {"A2C+GAE": ("A2C+GAE", {}),
             "A2C+RUDDER": ("A2C+RUDDER", {}),
-            "A2C+synthetic_returns": ("A2C+GAE", {"redistribute": "synthetic_returns"})}
+            "A2C+synthetic_returns": ("A2C+GAE", {"redistribute": "synthetic_returns"}),
+            "A2C+synthetic_returns (obs+action)": (
+                "A2C+GAE", {"redistribute": "synthetic_returns",
+                            "redistribute_options": (("inputs", "observation_action"),)})}
 SIZES = {
     "smoke": dict(timesteps=16 * 18 * 4, seeds=2, games=(2,), learners=("A2C+GAE",
                                                                          "A2C+synthetic_returns")),
@@ -69,7 +73,7 @@ def case(games: int, label: str, timesteps: int) -> X.Case:
         preset, env="DelayedCatch", env_options=(("games", games),), policy="gru",
         num_envs=num_envs, num_steps=num_steps, total_timesteps=timesteps,
         eval_every=max(1, updates // 20), eval_episodes=32, **extra))
-    slug = label.replace("+", "_")
+    slug = label.replace(" (obs+action)", "_obs_action").replace("+", "_")
     return X.Case(name=f"games{games}/{slug}", config=config, settings=(dict(HPARAMS),),
                   labels={"task": f"{games} games", "learner": label})
 

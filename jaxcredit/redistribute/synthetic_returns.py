@@ -44,6 +44,12 @@ Values taken from the reference (file paths in ``google-deepmind/deepmind-resear
   embedding, an MLP of the flattened observation (``embedding_layers``, default (128,), then a
   linear layer to ``memory_size``; jaxcredit's choice), fitted by the SR loss alone: the
   reference shares the vision network with the agent, so the agent's loss shapes c there.
+  ``inputs="observation_action"`` (jaxcredit's option) embeds the observation together with
+  the action taken from it: where no later observation shows what an action did (Delayed
+  Catch's landing is never observed; the next observation is the next game), an embedding of
+  the observation alone cannot tell a catch from a miss, and the pair (s_k, a_k) can. It stands
+  in for the reference's other setting, ``apply_core_to_input=True``, whose core has seen the
+  actions.
 
 How gradients flow (as in the reference): the embeddings that enter the sum are constants,
 s(stop_gradient(c_k)), both those stored from earlier windows and the window's own earlier
@@ -83,6 +89,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxcredit.networks import MLP
+from jaxcredit.policies import action_features
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.types import Trajectory
 
@@ -174,15 +181,16 @@ class SyntheticReturnsMemory:
       embeddings: ``[M, N, E]`` the last M embeddings of each environment, oldest first,
         under ``stop_gradient``.
       count: ``[N]`` int32, how many of the newest belong to the running episode (at most M).
-      window_obs, window_reward, window_done: ``[T, N, ...]`` the last window, the fitting
-        data (:func:`make_synthetic_returns`'s ``sample``).
+      window_input, window_reward, window_done: ``[T, N, ...]`` the last window (what the
+        embedding reads, :func:`embedding_input`), the fitting data
+        (:func:`make_synthetic_returns`'s ``sample``).
       window_embeddings, window_count: the embeddings and counts that window started from.
       filled: bool, a window has been stored.
     """
 
     embeddings: Array
     count: Array
-    window_obs: Array
+    window_input: Array
     window_reward: Array
     window_done: Array
     window_embeddings: Array
@@ -216,22 +224,34 @@ def make_networks(memory_size: int, hidden_layers: Sequence[int],
             "bias": Head(tuple(hidden_layers), 1)}
 
 
-def _flat(obs: Array, batch_ndim: int) -> Array:
-    return obs.reshape(obs.shape[:batch_ndim] + (-1,)).astype(jnp.float32)
+INPUTS = ("observation", "observation_action")
 
 
-def outputs(networks: dict[str, Head], params: Any, obs: Array, done: Array,
+def embedding_input(obs: Array, action: Array, num_actions: int, inputs: str,
+                    batch_ndim: int) -> Array:
+    """What the embedding c_t reads: the flattened observation, and with
+    ``inputs="observation_action"`` the action taken from it as well (one-hot, or the vector of
+    a continuous action: ``jaxcredit.policies.action_features``)."""
+    flat = obs.reshape(obs.shape[:batch_ndim] + (-1,)).astype(jnp.float32)
+    if inputs == "observation":
+        return flat
+    features = action_features(action, num_actions)
+    return jnp.concatenate([flat, features.reshape(flat.shape[:batch_ndim] + (-1,))], axis=-1)
+
+
+def outputs(networks: dict[str, Head], params: Any, x: Array, done: Array,
             embeddings: Array, count: Array, capacity: int):
     """The model on a window: ``(s, r̂, g, c)``, each ``[T, N]`` (c: ``[T, N, E]``).
 
-    ``embeddings`` ``[M, N, E]`` and ``count`` ``[N]`` are the memory the window starts from
+    ``x`` ``[T, N, F]`` is what the embedding reads (:func:`embedding_input`); ``embeddings``
+    ``[M, N, E]`` and ``count`` ``[N]`` are the memory the window starts from
     (:class:`SyntheticReturnsMemory`). The summed s values read their embeddings under
     ``stop_gradient`` (module docstring); g and b read c_t with its gradient.
     """
     def head(name: str, c: Array) -> Array:
         return networks[name].apply(params[name], c)[..., 0]
 
-    c = networks["embedding"].apply(params["embedding"], _flat(obs, 2))
+    c = networks["embedding"].apply(params["embedding"], x)
     s = head("synthetic_return", jax.lax.stop_gradient(c))
     sums = past_sums(s, done, head("synthetic_return", jax.lax.stop_gradient(embeddings)),
                      count, capacity)
@@ -242,7 +262,8 @@ def outputs(networks: dict[str, Head], params: Any, obs: Array, done: Array,
 def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int = 300,
                            memory_size: int = 128,
                            hidden_layers: Sequence[int] | str = (128, 128),
-                           embedding_layers: Sequence[int] | str = (128,)) -> Redistributor:
+                           embedding_layers: Sequence[int] | str = (128,),
+                           inputs: str = "observation") -> Redistributor:
     """Synthetic Returns (Raposo et al. 2021): r̃ = α s + β r, s fitted by regressing each reward
     on the episode's earlier states (module docstring).
 
@@ -254,7 +275,14 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
       hidden_layers: hidden widths of each of the s, g and b heads (reference README: 128, 128).
       embedding_layers: hidden widths of the stage's embedding of the observation (jaxcredit's
         choice: 128; the reference embeds with the agent's own network).
+      inputs: what the embedding c_t reads: ``"observation"`` (the reference's default input) or
+        ``"observation_action"``, the observation with the action taken from it (jaxcredit's
+        option, for tasks where no observation shows the outcome of an action: the module
+        docstring).
     """
+    if inputs not in INPUTS:
+        raise ValueError(f"synthetic_returns: inputs must be one of {', '.join(INPUTS)}, got "
+                         f"{inputs!r}")
     alpha, beta = float(alpha), float(beta)
     capacity, memory_size = int(capacity), int(memory_size)
     if capacity < 1:
@@ -267,9 +295,12 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
     embedding_layers = _numbers(embedding_layers, "embedding_layers")
     networks = make_networks(memory_size, hidden_layers, embedding_layers)
 
+    def window_input(traj: Trajectory) -> Array:
+        return embedding_input(traj.obs, traj.action, traj.logits.shape[-1], inputs, 2)
+
     def init(key: Array, example: Trajectory):
         keys = jax.random.split(key, 4)
-        x = _flat(example.obs[0], 1)
+        x = window_input(example)[0]
         c = jnp.zeros((x.shape[0], memory_size), jnp.float32)
         params = {"embedding": networks["embedding"].init(keys[0], x)}
         for k, name in zip(keys[1:], ("synthetic_return", "gate", "bias")):
@@ -281,22 +312,22 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
         embeddings = jnp.zeros((capacity, num_envs, memory_size), jnp.float32)
         count = jnp.zeros((num_envs,), jnp.int32)
         return SyntheticReturnsMemory(
-            embeddings=embeddings, count=count, window_obs=jnp.zeros_like(example.obs),
+            embeddings=embeddings, count=count, window_input=jnp.zeros_like(window_input(example)),
             window_reward=jnp.zeros_like(example.reward, jnp.float32),
             window_done=jnp.zeros_like(example.done), window_embeddings=embeddings,
             window_count=count, filled=jnp.bool_(False))
 
-    def model(params, obs: Array, done: Array, embeddings: Array, count: Array):
-        return outputs(networks, params, obs, done, embeddings, count, capacity)
+    def model(params, x: Array, done: Array, embeddings: Array, count: Array):
+        return outputs(networks, params, x, done, embeddings, count, capacity)
 
     def redistribute(params, traj: Trajectory, key: Array, memory: SyntheticReturnsMemory):
         """``(trajectory with r̃, memory after the window, metrics)``."""
         del key
-        s, prediction, gate, c = model(params, traj.obs, traj.done, memory.embeddings,
-                                       memory.count)
+        x = window_input(traj)
+        s, prediction, gate, c = model(params, x, traj.done, memory.embeddings, memory.count)
         embeddings, count = advance(memory.embeddings, memory.count, c, traj.done)
         memory = memory.replace(
-            embeddings=embeddings, count=count, window_obs=traj.obs,
+            embeddings=embeddings, count=count, window_input=x,
             window_reward=traj.reward.astype(jnp.float32), window_done=traj.done,
             window_embeddings=memory.embeddings, window_count=memory.count,
             filled=jnp.bool_(True))
@@ -313,17 +344,17 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
     def sample(memory: SyntheticReturnsMemory, key: Array):
         """The last window and the embeddings it started from (the whole window every step)."""
         del key
-        return (memory.window_obs, memory.window_reward, memory.window_done,
+        return (memory.window_input, memory.window_reward, memory.window_done,
                 memory.window_embeddings, memory.window_count, memory.filled)
 
     def loss(params, batch, hparams, key):
         del hparams, key
-        obs, reward, done, embeddings, count, filled = batch
-        _, prediction, gate, _ = model(params, obs, done, embeddings, count)
+        x, reward, done, embeddings, count, filled = batch
+        _, prediction, gate, _ = model(params, x, done, embeddings, count)
         value = jnp.where(filled, regression_loss(prediction, reward), 0.0)
         return value, {"gate": jnp.mean(gate)}
 
-    # It reads observations and rewards only: any kind of action.
+    # It reads actions, if at all, through action_features: any kind of action.
     return Redistributor(name="synthetic_returns", redistribute=redistribute, init=init,
                          loss=loss, learned=True, init_memory=init_memory, sample=sample,
                          continuous_actions=True)
