@@ -28,6 +28,7 @@ ESTIMATORS = Registry("estimator", {
     "belief": "jaxcredit.estimators.belief:belief",
     "known_answer": "jaxcredit.estimators.known_answer:known_answer",
     "chunked": "jaxcredit.estimators.chunked:chunked",
+    "cca": "jaxcredit.estimators.cca:cca",
 })
 
 
