@@ -45,6 +45,10 @@ LEARNERS: dict[str, dict[str, Any]] = {
     "hca_state": dict(algo="a2c", estimator="hca_state"),
     "c2a2c": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "hard"),)),
     "c2a2c soft": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "soft"),)),
+    # Counterfactual Credit Assignment (CCA-PG); "cca gru" builds X_t with a forward GRU over the
+    # window, for agents that act from memory (docs/cca.md).
+    "cca": dict(algo="a2c", estimator="cca"),
+    "cca gru": dict(algo="a2c", estimator="cca", estimator_options=(("agent_state", "gru"),)),
     # Counterfactual contributions (COCOA): the object is the reward value or a learned feature.
     "cocoa_reward": dict(algo="a2c", estimator="cocoa_reward"),
     "cocoa_feature": dict(algo="a2c", estimator="cocoa_feature"),

@@ -40,7 +40,9 @@ LEARNERS = {"A2C+GAE": ("A2C+GAE", {}),
             "A2C+synthetic_returns": ("A2C+GAE", {"redistribute": "synthetic_returns"}),
             "A2C+synthetic_returns (obs+action)": (
                 "A2C+GAE", {"redistribute": "synthetic_returns",
-                            "redistribute_options": (("inputs", "observation_action"),)})}
+                            "redistribute_options": (("inputs", "observation_action"),)}),
+            # CCA-PG, X_t a forward GRU over the window (docs/cca.md).
+            "A2C+CCA": ("cca gru", {})}
 SIZES = {
     "smoke": dict(timesteps=16 * 18 * 4, seeds=2, games=(2,), learners=("A2C+GAE",
                                                                          "A2C+synthetic_returns")),

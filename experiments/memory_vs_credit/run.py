@@ -59,7 +59,10 @@ KTD_LEARNERS = {"PPO+GAE γ=1": ("PPO+GAE", {"gamma": 1.0}),
                 "PPO+GAE γ=0.9": ("PPO+GAE", {"gamma": 0.9}),
                 "PPO+RUDDER": ("PPO+RUDDER", {"gamma": 1.0}),
                 "A2C+GAE γ=1": ("A2C+GAE", {"gamma": 1.0}),
-                "A2C+hca_return": ("hca_return", {"gamma": 1.0})}
+                "A2C+hca_return": ("hca_return", {"gamma": 1.0}),
+                # CCA-PG, X_t a forward GRU over the window (docs/cca.md): the cca preset is
+                # the high-variance task its paper reports (apples worth 1 or 10 an episode).
+                "A2C+CCA": ("cca gru", {"gamma": 1.0})}
 SIZES = {
     "smoke": dict(timesteps=16 * 64 * 10, seeds=2, passive=(3,), active=(), policies=("mlp", "gru"),
                   num_envs=16, num_steps=64, hparams=ENTROPY),
