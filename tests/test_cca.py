@@ -138,6 +138,29 @@ def test_phi_reads_only_the_future_of_its_own_episode(agent_state):
             np.testing.assert_array_equal(moved, (np.arange(T) >= k) & (episode == episode[k]))
 
 
+def test_phi_without_rewards_reads_only_the_next_observations():
+    """``future_inputs="observation"``: Φ is blind to every reward and still reads the next
+    observations of its episode."""
+    rng = np.random.default_rng(2)
+    T, N = 5, 2
+    obs, reward = rng.normal(size=(T, N, 3)), rng.normal(size=(T, N))
+    action, terminated = rng.integers(0, 2, (T, N)), np.zeros((T, N), bool)
+    net = CCAModel(2, (8,), 4)
+    base = _window(obs, reward, action, terminated)
+    params = net.init(jax.random.key(0), *window_inputs(base, "observation"),
+                      method=CCAModel.everything)
+    _, phi0 = net.apply(params, *window_inputs(base, "observation"))
+    _, phi1 = net.apply(params, *window_inputs(_window(obs, reward + 1.0, action, terminated),
+                                               "observation"))
+    np.testing.assert_array_equal(np.asarray(phi1), np.asarray(phi0))
+    changed = obs.copy()
+    changed[3] += 1.0  # next_obs of step 2
+    _, phi2 = net.apply(params, *window_inputs(_window(changed, reward, action, terminated),
+                                               "observation"))
+    moved = np.abs(np.asarray(phi2 - phi0)).max(-1).max(-1) > 1e-7
+    np.testing.assert_array_equal(moved, [True, True, True, False, False])
+
+
 def _luck_windows(rng, num, N):
     """Two-step episodes: at step 0 the action A ∈ {0, 1} (uniform) is taken and nothing paid;
     step 1 shows the luck ε ~ N(0, 1) in its observation and pays 3A + ε. Φ_0 reads step 1's
@@ -203,6 +226,8 @@ def test_bad_options_are_one_line_errors():
         make_estimator("cca", form="other")
     with pytest.raises(ValueError, match="agent_state must be one of mlp, gru"):
         make_estimator("cca", agent_state="lstm")
+    with pytest.raises(ValueError, match="future_inputs must be one of"):
+        make_estimator("cca", future_inputs="reward")
     with pytest.raises(ValueError, match="independence_weight must be non-negative"):
         make_estimator("cca", independence_weight=-1)
     assert make_estimator("cca", hidden="16,16", form="fc").all_action is False

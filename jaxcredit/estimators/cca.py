@@ -58,6 +58,7 @@ Array = jax.Array
 
 FORMS = ("cca", "fc")
 AGENT_STATES = ("mlp", "gru")
+FUTURE_INPUTS = ("observation_reward", "observation")
 
 
 # ------------------------------------------------------------------------------------------
@@ -168,15 +169,17 @@ class CCAModel(nn.Module):
         return self.classifier(jnp.concatenate([x, phi], axis=-1))
 
 
-def window_inputs(trajectory: Trajectory) -> tuple[Array, Array, Array, Array]:
+def window_inputs(trajectory: Trajectory, future_inputs: str = "observation_reward"
+                  ) -> tuple[Array, Array, Array, Array]:
     """``(obs, future, first, done)`` of a time-major window ``[T, B, ...]``: the flattened
-    observation; what the hindsight statistic reads of step t, the next observation and the
-    reward r_t; episode starts (after an end at t − 1; the window's first step starts a carry
-    at zero anyway) and ends (terminated or truncated)."""
+    observation; what the hindsight statistic reads of step t, the next observation and (by
+    default) the reward r_t; episode starts (after an end at t − 1; the window's first step
+    starts a carry at zero anyway) and ends (terminated or truncated)."""
     T, B = trajectory.action.shape[:2]
     obs = trajectory.obs.reshape((T, B, -1)).astype(jnp.float32)
-    next_obs = trajectory.next_obs.reshape((T, B, -1)).astype(jnp.float32)
-    future = jnp.concatenate([next_obs, trajectory.reward[..., None].astype(jnp.float32)], -1)
+    future = trajectory.next_obs.reshape((T, B, -1)).astype(jnp.float32)
+    if future_inputs == "observation_reward":
+        future = jnp.concatenate([future, trajectory.reward[..., None].astype(jnp.float32)], -1)
     done = trajectory.done
     first = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
     return obs, future, first, done
@@ -189,7 +192,7 @@ def window_inputs(trajectory: Trajectory) -> tuple[Array, Array, Array, Array]:
 
 def cca(form: str = "cca", hidden: Sequence[int] = (64,), stat_size: int = 32,
         independence_weight: float = 1.0, agent_state: str = "mlp",
-        return_kind: str = "mc") -> Estimator:
+        return_kind: str = "mc", future_inputs: str = "observation_reward") -> Estimator:
     """Counterfactual Credit Assignment (Mesnard et al. 2021): a critic Q(X_t, Φ_t, a)
     conditioned on a backward summary Φ_t of the future, with Φ trained to carry no
     information about the action (module docstring).
@@ -206,12 +209,18 @@ def cca(form: str = "cca", hidden: Sequence[int] = (64,), stat_size: int = 32,
         more than one observation).
       return_kind: G_t is the Monte-Carlo return (``"mc"``) or the λ-return (``"lambda"``), both
         bootstrapped from the agent's V at time-outs and the window's end.
+      future_inputs: what Φ reads of each later step: the next observation and the reward
+        (``"observation_reward"``) or the next observation only (``"observation"``; for tasks
+        where the reward is the outcome itself, docs/cca.md).
     """
     if form not in FORMS:
         raise ValueError(f"cca: form must be one of {', '.join(FORMS)}, got {form!r}")
     if agent_state not in AGENT_STATES:
         raise ValueError(f"cca: agent_state must be one of {', '.join(AGENT_STATES)}, got "
                          f"{agent_state!r}")
+    if future_inputs not in FUTURE_INPUTS:
+        raise ValueError(f"cca: future_inputs must be one of {', '.join(FUTURE_INPUTS)}, got "
+                         f"{future_inputs!r}")
     if return_kind not in ("mc", "lambda"):
         raise ValueError(f"cca: return_kind must be mc or lambda, got {return_kind!r}")
     if isinstance(hidden, int):
@@ -230,12 +239,12 @@ def cca(form: str = "cca", hidden: Sequence[int] = (64,), stat_size: int = 32,
         return CCAModel(num_actions, hidden, stat_size, agent_state)
 
     def init(key: Array, example: Trajectory):
-        return model(example.logits.shape[-1]).init(key, *window_inputs(example),
-                                                    method=CCAModel.everything)
+        return model(example.logits.shape[-1]).init(
+            key, *window_inputs(example, future_inputs), method=CCAModel.everything)
 
     def parts(params, trajectory: Trajectory, hparams):
         net = model(trajectory.logits.shape[-1])
-        x, phi = net.apply(params, *window_inputs(trajectory))
+        x, phi = net.apply(params, *window_inputs(trajectory, future_inputs))
         g = conditioning_return(trajectory, hparams, return_kind)
         log_pi = jax.nn.log_softmax(jax.lax.stop_gradient(trajectory.logits))
         return net, x, phi, g, log_pi
