@@ -43,7 +43,7 @@ ALL_LEARNERS = ("REINFORCE", "A2C+GAE", "hca_return", "hca_return grid", "hca_re
                 "hca_return oracle",
                 "hca_return 1-step",
                 "hca_state", "hca_state oracle", "hca_state 1-step", "c2a2c", "c2a2c oracle",
-                "c2a2c 1-step")
+                "c2a2c 1-step", "cca")
 
 # task label -> (env, env options, num_envs, num_steps)
 TASKS = {
