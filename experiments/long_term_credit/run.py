@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import sys
 from typing import Optional
 
@@ -41,8 +42,11 @@ LEARNERS = {"A2C+GAE": ("A2C+GAE", {}),
             "A2C+synthetic_returns (obs+action)": (
                 "A2C+GAE", {"redistribute": "synthetic_returns",
                             "redistribute_options": (("inputs", "observation_action"),)}),
-            # CCA-PG, X_t a forward GRU over the window (docs/cca.md).
-            "A2C+CCA": ("cca gru", {})}
+            # CCA-PG, X_t a forward GRU over the window (docs/cca.md); Φ reads the next
+            # observations and rewards (the paper's), or the next observations only.
+            "A2C+CCA": ("cca gru", {}),
+            "A2C+CCA (Φ without rewards)": (
+                "cca gru", {"estimator_options": (("future_inputs", "observation"),)})}
 SIZES = {
     "smoke": dict(timesteps=16 * 18 * 4, seeds=2, games=(2,), learners=("A2C+GAE",
                                                                          "A2C+synthetic_returns")),
@@ -75,7 +79,7 @@ def case(games: int, label: str, timesteps: int) -> X.Case:
         preset, env="DelayedCatch", env_options=(("games", games),), policy="gru",
         num_envs=num_envs, num_steps=num_steps, total_timesteps=timesteps,
         eval_every=max(1, updates // 20), eval_episodes=32, **extra))
-    slug = label.replace(" (obs+action)", "_obs_action").replace("+", "_")
+    slug = re.sub(r"[^A-Za-z0-9_]+", "_", label.replace("+", "_")).strip("_")
     return X.Case(name=f"games{games}/{slug}", config=config, settings=(dict(HPARAMS),),
                   labels={"task": f"{games} games", "learner": label})
 
