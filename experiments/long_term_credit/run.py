@@ -51,6 +51,8 @@ SIZES = {
     "smoke": dict(timesteps=16 * 18 * 4, seeds=2, games=(2,), learners=("A2C+GAE",
                                                                          "A2C+synthetic_returns")),
     "cpu": dict(timesteps=300_000, seeds=4, games=(2, 5, 10), learners=tuple(LEARNERS)),
+    # The one delay at which learners differ at this budget, with 8 seeds.
+    "cpu-5games": dict(timesteps=300_000, seeds=8, games=(5,), learners=tuple(LEARNERS)),
 }
 HPARAMS = dict(gamma=1.0, lr=1e-3)
 
@@ -60,7 +62,7 @@ class Args(X.OutputArgs):
     """Delayed Catch over the number of games paid at the end (module docstring)."""
 
     size: str = "cpu"
-    """smoke | cpu"""
+    """smoke | cpu | cpu-5games"""
     seeds: Optional[int] = None
     """seeds per run (default: the size's)"""
     learners: tuple[str, ...] = ()
