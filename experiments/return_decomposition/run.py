@@ -23,10 +23,11 @@ withheld and the episode's return paid at its last step. Two parts, each over se
     python experiments/return_decomposition/run.py --size smoke    # a few minutes on CPU
     python experiments/return_decomposition/run.py --size cpu      # the committed results
 
-Unlike the other experiments it reads final train states, so it trains with ``make_engine``
-directly (no run directories). Outputs go to a new folder under ``runs/experiments/`` (or
-``--out``); ``--publish`` copies the report into ``experiments/return_decomposition/results/``
-(``--force`` to replace it).
+Part 2's runs are engine runs in their own run directories under the output folder (resumable;
+``jaxcredit plot`` reads them); the final reward model is read back from each run's last
+checkpoint. Part 1 trains no agent: it fits the reward model alone on a fixed uniform policy.
+Outputs go to a new folder under ``runs/experiments/`` (or ``--out``); ``--publish`` copies the
+report into ``experiments/return_decomposition/results/`` (``--force`` to replace it).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ import numpy as np
 import tyro
 
 from jaxcredit import experiment as X
-from jaxcredit.agents import Hparams, TrainConfig, make_engine
+from jaxcredit.agents import TrainConfig, make_engine
+from jaxcredit.checkpoint import Checkpointer
 from jaxcredit.agents.rollout import reset_runner, rollout
 from jaxcredit.envs import make as make_env
 from jaxcredit.exact import tabular
@@ -178,21 +180,30 @@ def config(learner: str, length: int, updates: int) -> TrainConfig:
         redistribute_fit_steps=FIT_STEPS if stage else 4)
 
 
-def learning_part(learner: str, size: dict, seed: int) -> dict:
-    """Part 2 for ``learner`` (module docstring)."""
-    engine = make_engine(config(learner, size["length"], size["updates"]))
-    keys = jax.random.split(jax.random.key(seed), size["seeds"])
-    start = time.time()
-    states, metrics = jax.jit(jax.vmap(engine.train, in_axes=(0, None)))(
-        keys, Hparams.create(**HPARAMS))
-    exact = np.asarray(metrics["eval/exact_return"])
-    evaluated = ~np.isnan(exact[0])
-    entry = {"exact_return": exact[:, evaluated][:, -1].tolist(),
-             "curve": exact[:, evaluated].mean(0).tolist()}
+def learning_case(learner: str, size: dict) -> X.Case:
+    """Part 2's run of ``learner``: one engine run of all seeds in its own run directory."""
+    slug = learner.replace("+", "_")
+    return X.Case(name=f"learning/{slug}",
+                  config=config(learner, size["length"], size["updates"]),
+                  settings=(dict(HPARAMS),), labels={"learner": learner})
+
+
+def learning_part(case: X.Case, out: pathlib.Path, size: dict, seed: int) -> dict:
+    """Part 2's numbers for a finished run (module docstring): the exact return and the
+    advantage correlation from its metrics, the recovery of the final reward model from its
+    last checkpoint."""
+    run_dir = out / case.name
+    _, exact = X.curves(run_dir, "eval/exact_return")
+    entry = {"exact_return": exact[:, -1].tolist(), "curve": exact.mean(0).tolist()}
+    engine = make_engine(case.config)
     stage = engine.redistributor
     if stage is not None:
-        entry["advantage_correlation"] = np.asarray(
-            metrics["redistribute/advantage_correlation"])[:, evaluated][:, -1].tolist()
+        entry["advantage_correlation"] = X.final(
+            run_dir, "redistribute/advantage_correlation").tolist()
+        template = jax.vmap(engine.init)(jax.random.split(jax.random.key(0), size["seeds"]))
+        checkpoints = Checkpointer(run_dir / "checkpoints")
+        states, _ = checkpoints.restore(template)
+        checkpoints.close()
         inner = engine.env.undelayed
 
         def recovered(params, key):
@@ -203,7 +214,6 @@ def learning_part(learner: str, size: dict, seed: int) -> dict:
         entry["reward_correlation"] = np.asarray(jax.jit(jax.vmap(recovered))(
             states.redistributor.params, jax.random.split(jax.random.key(seed + 1),
                                                           size["seeds"]))).tolist()
-    entry["seconds"] = time.time() - start
     return entry
 
 
@@ -262,7 +272,12 @@ def main(argv=None) -> int:
     best, uniform = reference_returns(size["length"])
     start = time.time()
     recovery = {name: recovery_part(name, size, seed) for name in STAGES}
-    learning = {name: learning_part(name, size, seed) for name in LEARNERS}
+    cases = [learning_case(name, size) for name in LEARNERS]
+    timings = X.run_cases(cases, out, num_seeds=size["seeds"], seed=seed)
+    learning = {}
+    for case in cases:
+        learning[case.labels["learner"]] = dict(
+            learning_part(case, out, size, seed), seconds=timings[case.name]["seconds"])
     meta = dict(size=args.size, seed=seed, hparams=HPARAMS, optimal_return=best,
                 uniform_return=uniform, wall_seconds=time.time() - start,
                 command="python experiments/return_decomposition/run.py " + " ".join(
