@@ -46,6 +46,11 @@ class Trajectory:
         (``env.step_extras``; CommandChain's ``label``, ``agrees``, ``instance``), else None.
         Each environment documents which entries credit stages may read; ``label`` is for
         scoring credit only.
+      agent_state: ``[T, *batch, F]`` the recurrent policy's state at s_t: its core's output
+        after reading ``obs[t]``, a summary of the episode so far (``--policy gru|lstm|lru``),
+        recorded by the engine under ``stop_gradient`` where a stage reads it
+        (``reads_agent_state``), else None. Credit stages read the agent's memory through it,
+        as Synthetic Returns' ``apply_core_to_input`` and CCA's X_t do.
     """
 
     obs: Array
@@ -60,6 +65,7 @@ class Trajectory:
     next_obs: Optional[Array] = None
     state: Optional[Array] = None
     extras: Optional[dict] = None
+    agent_state: Optional[Array] = None
 
     @property
     def done(self) -> Array:

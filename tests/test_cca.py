@@ -138,6 +138,38 @@ def test_phi_reads_only_the_future_of_its_own_episode(agent_state):
             np.testing.assert_array_equal(moved, (np.arange(T) >= k) & (episode == episode[k]))
 
 
+def test_x_from_the_agent_state_reads_that_state_only():
+    """``agent_state="agent"``: X_t is an embedding of ``Trajectory.agent_state[t]`` alone, the
+    recurrent policy's state (it moves only where that state moves, never with an observation),
+    and Φ still reads the next observations; without a recorded state, a one-line error."""
+    rng = np.random.default_rng(3)
+    T, N = 4, 2
+    obs, reward = rng.normal(size=(T, N, 3)), rng.normal(size=(T, N))
+    action, terminated = rng.integers(0, 2, (T, N)), np.zeros((T, N), bool)
+    core = rng.normal(size=(T, N, 5))
+    base = _window(obs, reward, action, terminated).replace(agent_state=jnp.asarray(core))
+    inputs = window_inputs(base, agent_state="agent")
+    np.testing.assert_array_equal(np.asarray(inputs[0]), core.astype(np.float32))
+    net = CCAModel(2, (8,), 4, "agent")
+    params = net.init(jax.random.key(0), *inputs, method=CCAModel.everything)
+    x0, phi0 = net.apply(params, *inputs)
+    changed_obs = _window(obs + 1.0, reward, action, terminated).replace(
+        agent_state=jnp.asarray(core))
+    x1, phi1 = net.apply(params, *window_inputs(changed_obs, agent_state="agent"))
+    np.testing.assert_array_equal(np.asarray(x1), np.asarray(x0))
+    assert not np.allclose(np.asarray(phi1), np.asarray(phi0))
+    changed_core = core.copy()
+    changed_core[2] += 1.0
+    x2, _ = net.apply(params, *window_inputs(base.replace(agent_state=jnp.asarray(changed_core)),
+                                             agent_state="agent"))
+    moved = np.abs(np.asarray(x2 - x0)).max(-1).max(-1) > 1e-7
+    np.testing.assert_array_equal(moved, [False, False, True, False])
+    with pytest.raises(ValueError, match="reads the agent's recurrent state"):
+        window_inputs(_window(obs, reward, action, terminated), agent_state="agent")
+    assert make_estimator("cca", agent_state="agent").reads_agent_state
+    assert not make_estimator("cca", agent_state="gru").reads_agent_state
+
+
 def test_phi_without_rewards_reads_only_the_next_observations():
     """``future_inputs="observation"``: Φ is blind to every reward and still reads the next
     observations of its episode."""
@@ -224,7 +256,7 @@ def test_the_fit_hides_the_action_from_phi_and_keeps_the_luck():
 def test_bad_options_are_one_line_errors():
     with pytest.raises(ValueError, match="form must be one of cca, fc"):
         make_estimator("cca", form="other")
-    with pytest.raises(ValueError, match="agent_state must be one of mlp, gru"):
+    with pytest.raises(ValueError, match="agent_state must be one of mlp, gru, agent"):
         make_estimator("cca", agent_state="lstm")
     with pytest.raises(ValueError, match="future_inputs must be one of"):
         make_estimator("cca", future_inputs="reward")
@@ -242,7 +274,7 @@ def test_trains_from_the_command_line_with_a_recurrent_policy(tmp_path):
             "8", "--num-minibatches", "1", "--total-timesteps", "32", "--hidden-sizes", "8", "8",
             "--eval-every", "0", "--out", str(out), "--no-progress", "--estimator-option",
             "hidden=8", "--estimator-option", "stat_size=4", "--estimator-option",
-            "agent_state=gru"]
+            "agent_state=agent"]
     assert cli.main(argv) == 0
     columns = runlog.read_metrics(out)
     assert np.isfinite(columns["estimator/independence"]).all()

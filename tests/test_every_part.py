@@ -50,8 +50,8 @@ ESTIMATOR_CASES = {
     "belief": dict(GROUPS, group_size=1),
     "known_answer": GROUPS,
     "chunked": dict(algo="a2c", **KEY_TO_DOOR),
-    "cca": dict(algo="a2c", estimator_options=(("hidden", (8,)), ("stat_size", 4)),
-                **KEY_TO_DOOR),
+    "cca": dict(algo="a2c", estimator_options=(("hidden", (8,)), ("stat_size", 4),
+                                                ("agent_state", "gru")), **KEY_TO_DOOR),
 }
 # The exact models too: the oracle of each kind of exact model the engine computes.
 ORACLE_CASES = {"cocoa_reward": "reward_hindsight", "hca_state": "state_hindsight",

@@ -48,6 +48,28 @@ def test_rerunning_a_window_gives_the_policy_and_values_the_agent_acted_with(pol
     inside = ~np.asarray(traj.done[:-1])
     np.testing.assert_allclose(np.asarray(traj.next_value[:-1])[inside],
                                np.asarray(traj.value[1:])[inside], atol=1e-6)
+    assert traj.agent_state is None  # recorded only where a stage reads it
+
+
+def test_the_agent_state_a_stage_reads_is_the_memory_the_agent_acted_with():
+    """With a stage that reads ``Trajectory.agent_state`` (Synthetic Returns on the agent's
+    core), the engine records at each step the GRU's output after reading that step's
+    observation, which for a GRU is its memory: the memory ``act`` carries, step by step, from
+    the window's starting memory, resets included."""
+    eng = engine(redistribute="synthetic_returns", redistribute_options=(
+        ("inputs", "agent_state"), ("capacity", 8), ("memory_size", 4), ("hidden_layers", "4"),
+        ("embedding_layers", "4")))
+    state = jax.jit(eng.init)(jax.random.key(0))
+    state, _ = jax.jit(eng.update_step)(state, Hparams())  # a window that starts mid-episode
+    window = jax.jit(eng.collect)(state, Hparams(), jax.random.key(1))
+    traj = window.trajectory
+    assert traj.agent_state.shape == (10, 4, 16) and bool(traj.done.any())
+    memory, expected = window.memory, []
+    for t in range(10):
+        memory, _ = eng.agent_network.act(state.agent.params, memory, traj.obs[t],
+                                          window.first[t])
+        expected.append(memory)
+    np.testing.assert_allclose(traj.agent_state, jnp.stack(expected), atol=1e-5)
 
 
 @pytest.mark.parametrize("policy", ["gru", "lstm", "lru"])
@@ -113,6 +135,10 @@ def test_recurrent_run_resumes_bit_for_bit(tmp_path):
     (dict(meta_gradient=("lambda",)), "no sequence form"),
     (dict(num_minibatches=8), "must divide num_envs=4"),
     (dict(policy="transformer"), "unknown policy"),
+    (dict(policy="mlp", redistribute="synthetic_returns",
+          redistribute_options=(("inputs", "agent_state"),)), "reads the agent's recurrent state"),
+    (dict(policy="mlp", estimator="cca", estimator_options=(("agent_state", "agent"),)),
+     "reads the agent's recurrent state"),
 ])
 def test_recurrent_misconfigurations_are_one_line_errors(overrides, message):
     with pytest.raises(ValueError, match=message):

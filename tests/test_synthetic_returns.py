@@ -275,7 +275,10 @@ def test_with_the_action_as_input_s_credits_an_action_no_observation_shows():
     and the action at step 1 (0 or 1) sets the reward ±1 paid at step 5. With
     ``inputs="observation_action"`` s separates the two actions at step 1 (the decisive pair)
     and the loss falls tenfold; a stage blind to the action (the default input) cannot do
-    either, which is why Delayed Catch needs the option."""
+    either, which is why Delayed Catch needs the option. With ``inputs="agent_state"`` the
+    embedding reads a recurrent state that, as a core that saw the action would, holds the
+    step-1 action (±1) from step 2 on beside the step's one-hot: the s summed over the steps
+    that hold it separates the two actions, and the loss falls tenfold too."""
     rng = np.random.default_rng(0)
     T, N, updates = 6, 16, 120
     steps = (updates + 1) * T
@@ -286,13 +289,16 @@ def test_with_the_action_as_input_s_credits_an_action_no_observation_shows():
     obs[np.arange(steps), :, phase] = 1.0
     reward = np.where(phase == EPISODE - 1, 1.0, 0.0)[:, None] * (2.0 * decisive - 1.0)
     done = np.broadcast_to((phase == EPISODE - 1)[:, None], (steps, N))
+    held = np.where(phase >= CUE_STEP, 1.0, 0.0)[:, None] * (2.0 * decisive - 1.0)
+    agent_state = np.concatenate([obs, held[..., None]], axis=-1)
     windows = [_window(obs[w * T:(w + 1) * T], reward[w * T:(w + 1) * T],
-                       done[w * T:(w + 1) * T], action=action[w * T:(w + 1) * T])
+                       done[w * T:(w + 1) * T], action=action[w * T:(w + 1) * T]).replace(
+                           agent_state=jnp.asarray(agent_state[w * T:(w + 1) * T], jnp.float32))
                for w in range(updates + 1)]
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *windows[:updates])
     schedule = FitSchedule(steps=4)
     results = {}
-    for inputs in ("observation_action", "observation"):
+    for inputs in ("observation_action", "observation", "agent_state"):
         stage = make_redistributor("synthetic_returns", capacity=8, memory_size=16,
                                    hidden_layers=(32,), embedding_layers=(32,), inputs=inputs)
         params = stage.init(jax.random.key(0), windows[0])
@@ -309,18 +315,27 @@ def test_with_the_action_as_input_s_credits_an_action_no_observation_shows():
         state, losses = jax.jit(lambda s, w, update=update: jax.lax.scan(update, s, w))(
             state, stacked)
         probe = windows[-1]
-        x = embedding_input(probe.obs, probe.action, 2, inputs, 2)
+        x = embedding_input(probe.obs, probe.action, 2, inputs, 2, probe.agent_state)
         s, *_ = outputs(make_networks(16, (32,), (32,)), state.params, x, probe.done,
                         state.memory.embeddings, state.memory.count, 8)
         s, a = np.asarray(s), np.asarray(probe.action)
-        at = np.asarray(probe.obs)[..., CUE_STEP - 1] > 0
         losses = np.asarray(losses)
+        if inputs == "agent_state":  # Σ s over the steps summed for the paid reward
+            held = np.asarray(probe.agent_state)[:EPISODE - 1, :, -1]
+            summed = (s[:EPISODE - 1] * (held != 0)).sum(0)
+            results[inputs] = (summed[held[CUE_STEP] > 0].mean()
+                               - summed[held[CUE_STEP] < 0].mean(),
+                               losses[-10:].mean() / losses[:3].mean())
+            continue
+        at = np.asarray(probe.obs)[..., CUE_STEP - 1] > 0
         results[inputs] = (s[at & (a == 1)].mean() - s[at & (a == 0)].mean(),
                            losses[-10:].mean() / losses[:3].mean())
     spread, fall = results["observation_action"]
     assert spread > 0.5 and fall < 0.1, results
     blind_spread, blind_fall = results["observation"]
     assert abs(blind_spread) < 0.1 and blind_fall > 0.5, results
+    core_spread, core_fall = results["agent_state"]
+    assert core_spread > 0.5 and core_fall < 0.1, results
 
 
 # ------------------------------------------------------------------------------------------
@@ -333,7 +348,8 @@ def test_bad_options_are_one_line_errors():
         make_redistributor("synthetic_returns", capacity=0)
     with pytest.raises(ValueError, match="memory_size must be a positive integer"):
         make_redistributor("synthetic_returns", memory_size=0)
-    with pytest.raises(ValueError, match="inputs must be one of observation, observation_action"):
+    with pytest.raises(ValueError, match="inputs must be one of observation, "
+                                         "observation_action, agent_state"):
         make_redistributor("synthetic_returns", inputs="core")
     with pytest.raises(ValueError, match="hidden_layers must be integers separated by commas"):
         make_redistributor("synthetic_returns", hidden_layers="a,b")

@@ -42,11 +42,22 @@ LEARNERS = {"A2C+GAE": ("A2C+GAE", {}),
             "A2C+synthetic_returns (obs+action)": (
                 "A2C+GAE", {"redistribute": "synthetic_returns",
                             "redistribute_options": (("inputs", "observation_action"),)}),
+            # The embedding reading the agent's recurrent state (the reference's
+            # apply_core_to_input=True).
+            "A2C+synthetic_returns (agent state)": (
+                "A2C+GAE", {"redistribute": "synthetic_returns",
+                            "redistribute_options": (("inputs", "agent_state"),)}),
             # CCA-PG, X_t a forward GRU over the window (docs/cca.md); Φ reads the next
             # observations and rewards (the paper's), or the next observations only.
             "A2C+CCA": ("cca gru", {}),
             "A2C+CCA (Φ without rewards)": (
-                "cca gru", {"estimator_options": (("future_inputs", "observation"),)})}
+                "cca gru", {"estimator_options": (("future_inputs", "observation"),)}),
+            # X_t the agent's own recurrent state, the state π reads (the paper's).
+            "A2C+CCA (X = agent state)": (
+                "cca", {"estimator_options": (("agent_state", "agent"),)}),
+            "A2C+CCA (X = agent state, Φ without rewards)": (
+                "cca", {"estimator_options": (("agent_state", "agent"),
+                                              ("future_inputs", "observation"))})}
 SIZES = {
     "smoke": dict(timesteps=16 * 18 * 4, seeds=2, games=(2,), learners=("A2C+GAE",
                                                                          "A2C+synthetic_returns")),

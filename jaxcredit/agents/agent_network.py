@@ -82,14 +82,33 @@ class AgentNetwork:
     def values(self, params: Any, memory: Any, obs: Array, first: Array, next_obs: Array
                ) -> tuple[Array, Array]:
         """``(V(s_t), V(s'_{t+1}))`` over a window, each ``[T, B]``."""
+        value, next_value, _ = self.window(params, memory, obs, first, next_obs)
+        return value, next_value
+
+    @property
+    def state_size(self) -> int:
+        """F, the width of the agent state :meth:`window` gives (the recurrent core's output;
+        0 for the memoryless policy)."""
+        return self.module.hidden_sizes[0] if self.recurrent else 0
+
+    def window(self, params: Any, memory: Any, obs: Array, first: Array, next_obs: Array,
+               critic: bool = True) -> tuple[Array, Array, Any]:
+        """``(V(s_t), V(s'_{t+1}), agent state [T, B, F])`` over a window from one run of the
+        recurrent core (the agent state is None for the memoryless policy; the values are
+        zeros without ``critic``)."""
+        zeros = jnp.zeros(first.shape, jnp.float32)
         if not self.recurrent:
+            if not critic:
+                return zeros, zeros, None
             return (self.module.apply(params, obs, method=ActorCritic.value),
-                    self.module.apply(params, next_obs, method=ActorCritic.value))
+                    self.module.apply(params, next_obs, method=ActorCritic.value), None)
 
         def run(module):
             _, (memories, outputs) = module.unroll(memory, obs, first)
+            if not critic:
+                return zeros, zeros, outputs
             _, value = module.heads(outputs)
-            return value, module.next_value(memories, next_obs)
+            return value, module.next_value(memories, next_obs), outputs
 
         return self.module.apply(params, method=run)
 

@@ -25,7 +25,7 @@ Array = jax.Array
 
 def objective_batch(traj: Trajectory, credit: Credit) -> tuple[Trajectory, Credit]:
     """What the objective reads of the window, per step ``[T, N, ...]``."""
-    return (traj.replace(next_obs=None, state=None, extras=None),
+    return (traj.replace(next_obs=None, state=None, extras=None, agent_state=None),
             Credit(advantage=credit.advantage, value_target=credit.value_target))
 
 

@@ -87,6 +87,8 @@ def make_stages(config: TrainConfig, env: Any, env_params: Any,
                          f"cocoa_feature with features=pretrain has")
     if distribution is not None and distribution.continuous:
         check_continuous_actions(config, estimator, redistributor)
+    if config.policy == "mlp":
+        check_agent_state(config, estimator, redistributor)
     return Stages(objective, estimator, relabeller, redistributor)
 
 
@@ -100,6 +102,23 @@ def check_continuous_actions(config: TrainConfig, estimator: Estimator,
         if stage is not None and not getattr(stage, "continuous_actions", False):
             raise ValueError(f"{kind} {name!r} needs discrete actions; {config.env!r} has "
                              f"continuous ones")
+
+
+def check_agent_state(config: TrainConfig, estimator: Estimator,
+                      redistributor: Optional[Redistributor]) -> None:
+    """A stage that reads the agent's state (``Trajectory.agent_state``) needs a policy that
+    has one: a recurrent core."""
+    for kind, name, stage in (("estimator", config.estimator.name, estimator),
+                              ("redistribute stage", config.redistribute.name, redistributor)):
+        if stage is not None and stage.reads_agent_state:
+            raise ValueError(f"{kind} {name!r} reads the agent's recurrent state; a memoryless "
+                             f"policy has none: use --policy gru, lstm or lru")
+
+
+def reads_agent_state(stages: Stages) -> bool:
+    """Whether any stage of the pipeline reads ``Trajectory.agent_state``."""
+    return any(stage is not None and stage.reads_agent_state
+               for stage in (stages.estimator, stages.redistributor))
 
 
 def check_episode_windows(config: TrainConfig, env: Any, env_params: Any,

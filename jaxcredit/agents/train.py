@@ -56,7 +56,7 @@ from jaxcredit.agents.rollout import reset_groups, reset_runner, rollout
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, action_distribution,
                                    make_environment, strong)
 from jaxcredit.agents.normalize import make_normalizer
-from jaxcredit.agents.stages import exact_twin, make_stages
+from jaxcredit.agents.stages import exact_twin, make_stages, reads_agent_state
 from jaxcredit.agents.state import AgentState, TrainState, Window
 from jaxcredit.exact import tabular
 from jaxcredit.envs.goals import success_fn
@@ -154,6 +154,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         raise ValueError(f"--policy {config.policy} has no policy table π[s, a] for the exact "
                          "models (model=oracle); use --policy mlp or a fitted model")
     twin = exact_twin(estimator, ground_truth, config) if exact_policy else None
+    record_agent_state = reads_agent_state(stages)  # make_stages checked there is one
     burn_in, pretrain_steps = config.burn_in_updates, config.estimator.pretrain_steps
     if exact_redistributor and reference is None:
         raise ValueError(f"redistribute stage {config.redistribute.name!r} with model=oracle "
@@ -175,7 +176,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             logits=jnp.zeros((T, N, law.logits_size), jnp.float32),
             next_obs=obs,
             state=None if reference is None else jnp.zeros((T, N), jnp.int32),
-            extras=example_extras())
+            extras=example_extras(),
+            agent_state=(jnp.zeros((T, N, agent_net.state_size), jnp.float32)
+                         if record_agent_state else None))
 
     def example_extras():
         if not hasattr(env, "step_extras"):
@@ -214,11 +217,13 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return jax.tree.map(strong, state)
 
     def with_values(agent_params, traj: Trajectory, memory, first) -> Trajectory:
-        if not config.critic:
+        if not config.critic and not record_agent_state:
             zeros = jnp.zeros_like(traj.reward)
             return traj.replace(value=zeros, next_value=zeros)
-        value, next_value = agent_net.values(agent_params, memory, traj.obs, first,
-                                             traj.next_obs)
+        value, next_value, agent_state = agent_net.window(
+            agent_params, memory, traj.obs, first, traj.next_obs, critic=config.critic)
+        if record_agent_state:
+            traj = traj.replace(agent_state=jax.lax.stop_gradient(agent_state))
         return traj.replace(value=value, next_value=next_value)
 
     def collect(state: TrainState, hparams: Hparams, key: Array) -> Window:

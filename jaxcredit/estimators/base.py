@@ -93,6 +93,8 @@ class Estimator:
       continuous_actions: True if ``assign`` (and any model) reads no actions, or reads them
         through ``jaxcredit.policies.action_features``; the engine refuses the others on
         continuous actions (hindsight models over A actions, COCOA, the exact models).
+      reads_agent_state: True if the model reads ``Trajectory.agent_state`` (the recurrent
+        policy's state), which the engine then records; it needs ``--policy gru|lstm|lru``.
     """
 
     name: str
@@ -111,6 +113,7 @@ class Estimator:
     pretrain_loss: Optional[LossFn] = None
     pretrained: Optional[Callable[[Any], Any]] = None
     continuous_actions: bool = False
+    reads_agent_state: bool = False
 
     def __post_init__(self):
         if self.exact_model is not None:

@@ -5,8 +5,9 @@ Hutter, Buesing & Munos, "Counterfactual Credit Assignment in Model-Free Reinfor
 ICML 2021 (arXiv 2011.09464). No official code was released; every choice below that the paper
 does not fix is jaxcredit's and is listed in docs/cca.md.
 
-The agent state X_t (here: the model's own embedding of the observation, or a forward GRU over
-the window's observations) is joined by a *hindsight statistic* Φ_t, computed by a backward GRU
+The agent state X_t (the model's own embedding of the observation, a forward GRU over the
+window's observations, or an embedding of the recurrent policy's own state, as in the paper) is
+joined by a *hindsight statistic* Φ_t, computed by a backward GRU
 over what followed step t in its episode (the next observations and the rewards r_t, r_{t+1}, …,
 up to the episode's end or the window's). A future-conditional critic Q(X_t, Φ_t, a) then
 explains away the luck that came after the action. Conditioning on the future biases the
@@ -57,7 +58,7 @@ from jaxcredit.types import Credit, Trajectory
 Array = jax.Array
 
 FORMS = ("cca", "fc")
-AGENT_STATES = ("mlp", "gru")
+AGENT_STATES = ("mlp", "gru", "agent")
 FUTURE_INPUTS = ("observation_reward", "observation")
 
 
@@ -169,14 +170,20 @@ class CCAModel(nn.Module):
         return self.classifier(jnp.concatenate([x, phi], axis=-1))
 
 
-def window_inputs(trajectory: Trajectory, future_inputs: str = "observation_reward"
-                  ) -> tuple[Array, Array, Array, Array]:
+def window_inputs(trajectory: Trajectory, future_inputs: str = "observation_reward",
+                  agent_state: str = "mlp") -> tuple[Array, Array, Array, Array]:
     """``(obs, future, first, done)`` of a time-major window ``[T, B, ...]``: the flattened
-    observation; what the hindsight statistic reads of step t, the next observation and (by
-    default) the reward r_t; episode starts (after an end at t − 1; the window's first step
-    starts a carry at zero anyway) and ends (terminated or truncated)."""
+    observation (with ``agent_state="agent"`` the agent's recurrent state instead); what the
+    hindsight statistic reads of step t, the next observation and (by default) the reward r_t;
+    episode starts (after an end at t − 1; the window's first step starts a carry at zero
+    anyway) and ends (terminated or truncated)."""
     T, B = trajectory.action.shape[:2]
     obs = trajectory.obs.reshape((T, B, -1)).astype(jnp.float32)
+    if agent_state == "agent":
+        if trajectory.agent_state is None:
+            raise ValueError("cca with agent_state=agent reads the agent's recurrent state, and "
+                             "the trajectory has none")
+        obs = trajectory.agent_state.astype(jnp.float32)
     future = trajectory.next_obs.reshape((T, B, -1)).astype(jnp.float32)
     if future_inputs == "observation_reward":
         future = jnp.concatenate([future, trajectory.reward[..., None].astype(jnp.float32)], -1)
@@ -204,9 +211,11 @@ def cca(form: str = "cca", hidden: Sequence[int] = (64,), stat_size: int = 32,
         Q and classifier heads.
       stat_size: size of Φ (the backward GRU's state).
       independence_weight: β, the weight of the independence loss.
-      agent_state: X_t as an embedding of the observation (``"mlp"``) or a forward GRU over the
+      agent_state: X_t as an embedding of the observation (``"mlp"``), a forward GRU over the
         window's observations, reset at episode starts (``"gru"``; a policy with memory sees
-        more than one observation).
+        more than one observation), or an embedding of the recurrent policy's own state
+        (``"agent"``, ``Trajectory.agent_state``: the paper's X_t, the state π reads; needs
+        ``--policy gru|lstm|lru``; read under stop_gradient, so L_Q does not train the core).
       return_kind: G_t is the Monte-Carlo return (``"mc"``) or the λ-return (``"lambda"``), both
         bootstrapped from the agent's V at time-outs and the window's end.
       future_inputs: what Φ reads of each later step: the next observation and the reward
@@ -240,11 +249,11 @@ def cca(form: str = "cca", hidden: Sequence[int] = (64,), stat_size: int = 32,
 
     def init(key: Array, example: Trajectory):
         return model(example.logits.shape[-1]).init(
-            key, *window_inputs(example, future_inputs), method=CCAModel.everything)
+            key, *window_inputs(example, future_inputs, agent_state), method=CCAModel.everything)
 
     def parts(params, trajectory: Trajectory, hparams):
         net = model(trajectory.logits.shape[-1])
-        x, phi = net.apply(params, *window_inputs(trajectory, future_inputs))
+        x, phi = net.apply(params, *window_inputs(trajectory, future_inputs, agent_state))
         g = conditioning_return(trajectory, hparams, return_kind)
         log_pi = jax.nn.log_softmax(jax.lax.stop_gradient(trajectory.logits))
         return net, x, phi, g, log_pi
@@ -285,4 +294,5 @@ def cca(form: str = "cca", hidden: Sequence[int] = (64,), stat_size: int = 32,
                        "independence": independence}
 
     return Estimator(name="cca", assign=assign, init=init, loss=loss,
-                     all_action=form == "cca", learned=True)
+                     all_action=form == "cca", learned=True,
+                     reads_agent_state=agent_state == "agent")

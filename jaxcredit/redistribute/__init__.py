@@ -80,6 +80,8 @@ class Redistributor:
         ``[T, B, D]``, not int ``[T, B]``): it reads actions only through
         ``jaxcredit.policies.action_features`` (one-hot for a discrete action, the vector itself
         for a continuous one), or not at all. False: discrete actions only.
+      reads_agent_state: True when the stage reads ``Trajectory.agent_state`` (the recurrent
+        policy's state), which the engine then records; it needs ``--policy gru|lstm|lru``.
     """
 
     name: str
@@ -91,6 +93,7 @@ class Redistributor:
     sample: Optional[Callable[[Any, jax.Array], Any]] = None
     exact_model: Optional[str] = None
     continuous_actions: bool = False
+    reads_agent_state: bool = False
 
 
 REDISTRIBUTORS = Registry("redistributor", {

@@ -47,9 +47,13 @@ Values taken from the reference (file paths in ``google-deepmind/deepmind-resear
   ``inputs="observation_action"`` (jaxcredit's option) embeds the observation together with
   the action taken from it: where no later observation shows what an action did (Delayed
   Catch's landing is never observed; the next observation is the next game), an embedding of
-  the observation alone cannot tell a catch from a miss, and the pair (s_k, a_k) can. It stands
-  in for the reference's other setting, ``apply_core_to_input=True``, whose core has seen the
-  actions.
+  the observation alone cannot tell a catch from a miss, and the pair (s_k, a_k) can.
+  ``inputs="agent_state"`` is the reference's other setting, ``apply_core_to_input=True``: the
+  embedding reads the agent's recurrent state (``Trajectory.agent_state``, the core's output
+  after reading the observation; needs ``--policy gru|lstm|lru``), which summarises the
+  episode so far. It reads that state under ``stop_gradient``: the SR loss shapes the stage's
+  own embedding on top of the core, not the core (the reference adds the SR loss to the
+  agent's, so there it trains the core too).
 
 How gradients flow (as in the reference): the embeddings that enter the sum are constants,
 s(stop_gradient(c_k)), both those stored from earlier windows and the window's own earlier
@@ -80,7 +84,7 @@ oracle ablation.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import chex
 import jax
@@ -224,14 +228,20 @@ def make_networks(memory_size: int, hidden_layers: Sequence[int],
             "bias": Head(tuple(hidden_layers), 1)}
 
 
-INPUTS = ("observation", "observation_action")
+INPUTS = ("observation", "observation_action", "agent_state")
 
 
 def embedding_input(obs: Array, action: Array, num_actions: int, inputs: str,
-                    batch_ndim: int) -> Array:
+                    batch_ndim: int, agent_state: Optional[Array] = None) -> Array:
     """What the embedding c_t reads: the flattened observation, and with
     ``inputs="observation_action"`` the action taken from it as well (one-hot, or the vector of
-    a continuous action: ``jaxcredit.policies.action_features``)."""
+    a continuous action: ``jaxcredit.policies.action_features``); with
+    ``inputs="agent_state"`` the agent's recurrent state ``agent_state`` instead."""
+    if inputs == "agent_state":
+        if agent_state is None:
+            raise ValueError("synthetic_returns with inputs=agent_state reads the agent's "
+                             "recurrent state, and the trajectory has none")
+        return agent_state.astype(jnp.float32)
     flat = obs.reshape(obs.shape[:batch_ndim] + (-1,)).astype(jnp.float32)
     if inputs == "observation":
         return flat
@@ -275,10 +285,11 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
       hidden_layers: hidden widths of each of the s, g and b heads (reference README: 128, 128).
       embedding_layers: hidden widths of the stage's embedding of the observation (jaxcredit's
         choice: 128; the reference embeds with the agent's own network).
-      inputs: what the embedding c_t reads: ``"observation"`` (the reference's default input) or
+      inputs: what the embedding c_t reads: ``"observation"`` (the reference's default input),
         ``"observation_action"``, the observation with the action taken from it (jaxcredit's
-        option, for tasks where no observation shows the outcome of an action: the module
-        docstring).
+        option, for tasks where no observation shows the outcome of an action), or
+        ``"agent_state"``, the recurrent policy's state (the reference's
+        ``apply_core_to_input=True``); the module docstring.
     """
     if inputs not in INPUTS:
         raise ValueError(f"synthetic_returns: inputs must be one of {', '.join(INPUTS)}, got "
@@ -296,7 +307,8 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
     networks = make_networks(memory_size, hidden_layers, embedding_layers)
 
     def window_input(traj: Trajectory) -> Array:
-        return embedding_input(traj.obs, traj.action, traj.logits.shape[-1], inputs, 2)
+        return embedding_input(traj.obs, traj.action, traj.logits.shape[-1], inputs, 2,
+                               traj.agent_state)
 
     def init(key: Array, example: Trajectory):
         keys = jax.random.split(key, 4)
@@ -357,4 +369,4 @@ def make_synthetic_returns(alpha: float = 0.3, beta: float = 1.0, capacity: int 
     # It reads actions, if at all, through action_features: any kind of action.
     return Redistributor(name="synthetic_returns", redistribute=redistribute, init=init,
                          loss=loss, learned=True, init_memory=init_memory, sample=sample,
-                         continuous_actions=True)
+                         continuous_actions=True, reads_agent_state=inputs == "agent_state")
