@@ -51,6 +51,8 @@ class Trajectory:
         recorded by the engine under ``stop_gradient`` where a stage reads it
         (``reads_agent_state``), else None. Credit stages read the agent's memory through it,
         as Synthetic Returns' ``apply_core_to_input`` and CCA's X_t do.
+      memory_reads: :class:`MemoryReads` of a policy with an external memory
+        (``--policy rma``), recorded with ``agent_state``, else None.
     """
 
     obs: Array
@@ -66,11 +68,29 @@ class Trajectory:
     state: Optional[Array] = None
     extras: Optional[dict] = None
     agent_state: Optional[Array] = None
+    memory_reads: Optional["MemoryReads"] = None
 
     @property
     def done(self) -> Array:
         """Any episode end: terminated or truncated."""
         return jax.numpy.logical_or(self.terminated, self.truncated)
+
+
+@struct.dataclass
+class MemoryReads:
+    """How a policy with an external memory read it at each step (``jaxcredit.rma``): row j
+    of the memory holds the code written at step j of the episode.
+
+    Attributes:
+      weights: ``[T, *batch, H, R]`` the attention weight of each read head on each row.
+      strengths: ``[T, *batch, H]`` each head's read strength β (the softmax's sharpness).
+      rows: ``[T, *batch]`` int32, the rows written before the step: the step's index in its
+        episode (rows at or after it were empty when read).
+    """
+
+    weights: Array
+    strengths: Array
+    rows: Array
 
 
 @struct.dataclass

@@ -78,6 +78,10 @@ REDISTRIBUTOR_CASES = {
                               redistribute_options=(("capacity", 8), ("memory_size", 8),
                                                     ("hidden_layers", (8,)),
                                                     ("embedding_layers", (8,)))),
+    # The memory agent TVT reads; threshold 0 and a 1-step period make every read an event.
+    "tvt": dict(algo="a2c", env="DelayedReward-KeyToDoor", env_options=(("length", 6),),
+                num_envs=4, num_steps=6, policy="rma",
+                redistribute_options=(("threshold", 0.0), ("no_transport_period", 1))),
 }
 OBJECTIVE_CASES = {"pg": dict(algo="a2c", **CARTPOLE), "ppo": dict(algo="ppo", **CARTPOLE)}
 

@@ -105,7 +105,7 @@ def test_no_import_cycle_in_the_package():
 # The package's layers, lowest first: a module imports only from its own layer or below (a
 # package's ``__main__`` is an entry point and may import the command line).
 LAYERS = [
-    {"types", "registry", "flags", "xla_flags", "compile_cache", "networks", "policies",
+    {"types", "registry", "flags", "xla_flags", "compile_cache", "networks", "rma", "policies",
      "loggers", "stats",
      "runlog", "checkpoint", "memory", "distributed", "watchdog", "plotting"},
     {"exact"},

@@ -139,6 +139,7 @@ def test_recurrent_run_resumes_bit_for_bit(tmp_path):
           redistribute_options=(("inputs", "agent_state"),)), "reads the agent's recurrent state"),
     (dict(policy="mlp", estimator="cca", estimator_options=(("agent_state", "agent"),)),
      "reads the agent's recurrent state"),
+    (dict(redistribute="tvt"), "use --policy rma"),
 ])
 def test_recurrent_misconfigurations_are_one_line_errors(overrides, message):
     with pytest.raises(ValueError, match=message):

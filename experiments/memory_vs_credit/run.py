@@ -17,6 +17,7 @@ the time.
     python experiments/memory_vs_credit/run.py --size cpu      # the length grid
     python experiments/memory_vs_credit/run.py --size cpu --out DIR --publish
     python experiments/memory_vs_credit/run.py --size ktd-cpu  # three-phase key-to-door, GRU
+    python experiments/memory_vs_credit/run.py --size tvt-cpu  # TVT's key-to-door, RMA agent
 
 The second part (``ktd-*`` sizes) is the three-phase key-to-door (``MemoryKeyToDoor``, the CCA
 preset: 15 / 30 / 15 steps, apples worth 1 or 10 per episode, the door 1) with a GRU policy for
@@ -24,6 +25,13 @@ every learner: PPO+GAE at γ = 1 and at a short γ = 0.9, PPO with RUDDER's redi
 A2C with ``hca_return`` (beside A2C+GAE). The credit models read observations, not the agent's
 memory, and the task has no ground truth (no oracles). Metric: the greedy policy's door rate
 (``eval/success_rate_greedy``: the door opened).
+
+The third part (``tvt-*`` sizes) is Temporal Value Transport (Hung et al. 2019; the ``tvt``
+redistribute stage, docs/tvt.md) on TVT's own key-to-door (the ``tvt`` preset: 15 / 90 / 15
+steps, apples worth 1 or 10 per episode, the door 10), every learner with the memory agent
+(``--policy rma``) and the reference's A2C settings (``TVT_HPARAMS``): A2C+TVT at γ = 0.92,
+and the controls without TVT at γ = 0.92 and at γ = 1 (the reference README's "best control
+RMA agent"). Metric: the door rate, whose 10 is the reference's "last phase reward".
 
 Outputs go to a new folder under ``runs/experiments/`` (or ``--out``, resumable); ``--publish``
 copies the report into ``experiments/memory_vs_credit/results/``.
@@ -54,7 +62,10 @@ POLICIES = ("mlp", "gru", "lstm")
 # same run with the bonus at 0.05, the setting of the grid. "cpu" is the grid, at 16 envs × 64
 # steps per update and a budget that fits a 2-core machine.
 ENTROPY = {"ent_coef": 0.05}
-# The key-to-door learners: (preset learner, hyper-parameters on top of ENTROPY).
+# The memory agent with the reference's Adam ε (tvt/main.py: 1e-6).
+RMA = {"policy": "rma", "adam_eps": 1e-6}
+# The key-to-door learners: (preset learner, hyper-parameters on top of the size's, and config
+# fields on top of the preset's).
 KTD_LEARNERS = {"PPO+GAE γ=1": ("PPO+GAE", {"gamma": 1.0}),
                 "PPO+GAE γ=0.9": ("PPO+GAE", {"gamma": 0.9}),
                 "PPO+RUDDER": ("PPO+RUDDER", {"gamma": 1.0}),
@@ -62,7 +73,17 @@ KTD_LEARNERS = {"PPO+GAE γ=1": ("PPO+GAE", {"gamma": 1.0}),
                 "A2C+hca_return": ("hca_return", {"gamma": 1.0}),
                 # CCA-PG, X_t a forward GRU over the window (docs/cca.md): the cca preset is
                 # the high-variance task its paper reports (apples worth 1 or 10 an episode).
-                "A2C+CCA": ("cca gru", {"gamma": 1.0})}
+                "A2C+CCA": ("cca gru", {"gamma": 1.0}),
+                # The memory agent (jaxcredit.rma) with and without Temporal Value Transport.
+                "A2C+TVT (RMA)": ("A2C+GAE", {}, {**RMA, "redistribute": "tvt"}),
+                "A2C (RMA) γ=0.92": ("A2C+GAE", {}, RMA),
+                "A2C (RMA) γ=1": ("A2C+GAE", {"gamma": 1.0}, RMA)}
+# The reference's batched A2C (deepmind-research tvt/main.py flags and rma.py Agent): γ 0.92,
+# λ = γ (trfl's sequence A2C loss with lambda_=gamma), entropy 0.05, baseline cost 0.4, Adam at
+# 2e-4 with ε 1e-6 (its β1 = 0, β2 = 0.95 are not settable here: Adam's defaults), and no
+# global gradient clip (only the logits' gradient is clipped at 10 there).
+TVT_HPARAMS = {"gamma": 0.92, "lambda_": 0.92, "ent_coef": 0.05, "vf_coef": 0.4, "lr": 2e-4,
+               "max_grad_norm": 1e9}
 SIZES = {
     "smoke": dict(timesteps=16 * 64 * 10, seeds=2, passive=(3,), active=(), policies=("mlp", "gru"),
                   num_envs=16, num_steps=64, hparams=ENTROPY),
@@ -77,7 +98,15 @@ SIZES = {
                       num_envs=16, num_steps=60, hparams=ENTROPY,
                       ktd=("PPO+GAE γ=1", "PPO+RUDDER")),
     "ktd-cpu": dict(timesteps=500_000, seeds=4, passive=(), active=(), policies=(),
-                    num_envs=16, num_steps=60, hparams=ENTROPY, ktd=tuple(KTD_LEARNERS)),
+                    num_envs=16, num_steps=60, hparams=ENTROPY,
+                    ktd=tuple(label for label in KTD_LEARNERS if "RMA" not in label)),
+    # TVT's key-to-door: batch 16 and one 120-step episode per update, as the reference.
+    "tvt-smoke": dict(timesteps=16 * 120 * 3, seeds=2, passive=(), active=(), policies=(),
+                      num_envs=16, num_steps=120, hparams=TVT_HPARAMS, ktd_preset="tvt",
+                      ktd=("A2C+TVT (RMA)",)),
+    "tvt-cpu": dict(timesteps=2_000_000, seeds=4, passive=(), active=(), policies=(),
+                    num_envs=16, num_steps=120, hparams=TVT_HPARAMS, ktd_preset="tvt",
+                    ktd=tuple(label for label in KTD_LEARNERS if "RMA" in label)),
 }
 
 
@@ -87,7 +116,7 @@ class Args(X.OutputArgs):
     docstring)."""
 
     size: str = "cpu"
-    """smoke | done | done-ent | cpu | ktd-smoke | ktd-cpu"""
+    """smoke | done | done-ent | cpu | ktd-smoke | ktd-cpu | tvt-smoke | tvt-cpu"""
     seeds: Optional[int] = None
     """seeds per run (default: the size's)"""
     policies: tuple[str, ...] = ()
@@ -96,6 +125,8 @@ class Args(X.OutputArgs):
     """corridor lengths of the passive maze (default: the size's)"""
     active: tuple[int, ...] = ()
     """corridor lengths of the active maze (default: the size's)"""
+    ktd: tuple[str, ...] = ()
+    """key-to-door learners (default: the size's): """ + ", ".join(KTD_LEARNERS)
 
 
 def case(kind: str, length: int, policy: str, size: dict) -> X.Case:
@@ -117,16 +148,19 @@ def ktd_case(label: str, size: dict) -> X.Case:
     if label not in KTD_LEARNERS:
         raise ValueError(f"unknown key-to-door learner {label!r}; known: "
                          f"{', '.join(KTD_LEARNERS)}")
-    preset, hparams = KTD_LEARNERS[label]
+    preset, hparams, *fields = KTD_LEARNERS[label]
+    task = size.get("ktd_preset", "cca")
     updates = size["timesteps"] // (size["num_envs"] * size["num_steps"])
-    config = TrainConfig.from_flat(**learner_fields(
-        preset, env="MemoryKeyToDoor", env_options=(("preset", "cca"),), policy="gru",
-        num_envs=size["num_envs"], num_steps=size["num_steps"],
-        total_timesteps=size["timesteps"], eval_every=max(1, updates // 20), eval_episodes=32))
-    slug = label.replace("+", "_").replace(" ", "_").replace("γ=", "gamma")
+    config = TrainConfig.from_flat(**learner_fields(preset, **{
+        "env": "MemoryKeyToDoor", "env_options": (("preset", task),), "policy": "gru",
+        "num_envs": size["num_envs"], "num_steps": size["num_steps"],
+        "total_timesteps": size["timesteps"], "eval_every": max(1, updates // 20),
+        "eval_episodes": 32, **(fields[0] if fields else {})}))
+    slug = (label.replace("+", "_").replace(" ", "_").replace("γ=", "gamma")
+            .replace("(", "").replace(")", ""))
     return X.Case(name=f"key_to_door/{slug}", config=config,
                   settings=({**size["hparams"], **hparams},),
-                  labels={"task": "MemoryKeyToDoor cca", "learner": label})
+                  labels={"task": f"MemoryKeyToDoor {task}", "learner": label})
 
 
 def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
@@ -173,7 +207,7 @@ def main(argv=None) -> int:
         active = args.active or size["active"]
         cases = ([case("passive", L, p, size) for L in passive for p in policies]
                  + [case("active", L, p, size) for L in active for p in policies]
-                 + [ktd_case(label, size) for label in size.get("ktd", ())])
+                 + [ktd_case(label, size) for label in args.ktd or size.get("ktd", ())])
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2

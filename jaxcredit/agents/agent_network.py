@@ -1,5 +1,5 @@
 """The agent's network behind one interface, memoryless (``mlp``) or recurrent (``gru``, ``lstm``,
-``lru``).
+``lru``, and ``rma``: a controller with an external memory read by attention, ``jaxcredit.rma``).
 
 The engine acts, evaluates the critic and optimises through :class:`AgentNetwork` and never asks
 which kind it holds:
@@ -23,12 +23,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxcredit import rma
 from jaxcredit.networks import CELLS, ActorCritic, RecurrentActorCritic, initial_memory
 from jaxcredit.policies import ActionDistribution
 
 Array = jax.Array
-POLICIES = ("mlp",) + CELLS
+POLICIES = ("mlp",) + CELLS + ("rma",)
 
 
 def first_steps(start_first: Array, done: Array) -> Array:
@@ -39,7 +41,8 @@ def first_steps(start_first: Array, done: Array) -> Array:
 
 @dataclasses.dataclass(frozen=True)
 class AgentNetwork:
-    """The flax ``module`` (``ActorCritic`` or ``RecurrentActorCritic``) and how to run it."""
+    """The flax ``module`` (``ActorCritic``, ``RecurrentActorCritic`` or ``rma.MemoryAgent``) and
+    how to run it."""
 
     module: Any
     policy: str = "mlp"
@@ -52,14 +55,19 @@ class AgentNetwork:
         """The memory of ``batch`` fresh episodes (``()`` for the memoryless policy)."""
         if not self.recurrent:
             return ()
-        return initial_memory(self.policy, self.module.hidden_sizes[0], batch)
+        width = self.module.hidden_sizes[0]
+        if self.policy == "rma":
+            return rma.initial_memory(width, width, self.module.memory_rows, batch)
+        return initial_memory(self.policy, width, batch)
 
     def init(self, key: Array, obs: Array) -> Any:
         """Parameters, from a batch of observations ``[B, *obs_shape]``."""
         if not self.recurrent:
             return self.module.init(key, obs)
         first = jnp.ones((1, obs.shape[0]), bool)
-        return self.module.init(key, self.initial_memory(obs.shape[0]), obs[None], first)
+        method = rma.MemoryAgent.everything if self.policy == "rma" else None
+        return self.module.init(key, self.initial_memory(obs.shape[0]), obs[None], first,
+                                method=method)
 
     def act(self, params: Any, memory: Any, obs: Array, first: Array,
             target: bool = False) -> tuple[Any, Array]:
@@ -89,26 +97,53 @@ class AgentNetwork:
     def state_size(self) -> int:
         """F, the width of the agent state :meth:`window` gives (the recurrent core's output;
         0 for the memoryless policy)."""
+        if self.policy == "rma":
+            return rma.state_size(self.module.hidden_sizes)
         return self.module.hidden_sizes[0] if self.recurrent else 0
 
+    @property
+    def read_shape(self) -> Any:
+        """``(H, R)`` of the memory reads (``rma``), else None."""
+        return (rma.NUM_READS, self.module.memory_rows) if self.policy == "rma" else None
+
     def window(self, params: Any, memory: Any, obs: Array, first: Array, next_obs: Array,
-               critic: bool = True) -> tuple[Array, Array, Any]:
-        """``(V(s_t), V(s'_{t+1}), agent state [T, B, F])`` over a window from one run of the
-        recurrent core (the agent state is None for the memoryless policy; the values are
-        zeros without ``critic``)."""
+               critic: bool = True) -> tuple[Array, Array, Any, Any]:
+        """``(V(s_t), V(s'_{t+1}), agent state [T, B, F], MemoryReads)`` over a window from one
+        run of the recurrent core (the agent state is None for the memoryless policy, the reads
+        None but for ``rma``; the values are zeros without ``critic``)."""
         zeros = jnp.zeros(first.shape, jnp.float32)
         if not self.recurrent:
             if not critic:
-                return zeros, zeros, None
+                return zeros, zeros, None, None
             return (self.module.apply(params, obs, method=ActorCritic.value),
-                    self.module.apply(params, next_obs, method=ActorCritic.value), None)
+                    self.module.apply(params, next_obs, method=ActorCritic.value), None, None)
 
         def run(module):
-            _, (memories, outputs) = module.unroll(memory, obs, first)
+            reads = None
+            if self.policy == "rma":
+                _, (states, outputs, reads) = module.unroll_with_reads(memory, obs, first)
+            else:
+                _, (states, outputs) = module.unroll(memory, obs, first)
             if not critic:
-                return zeros, zeros, outputs
+                return zeros, zeros, outputs, reads
             _, value = module.heads(outputs)
-            return value, module.next_value(memories, next_obs), outputs
+            return value, module.next_value(states, next_obs), outputs, reads
+
+        return self.module.apply(params, method=run)
+
+    def training_outputs(self, params: Any, memory: Any, obs: Array, first: Array
+                         ) -> tuple[Array, Array, Array, dict]:
+        """``(logits, value, auxiliary loss, its metrics)`` over a window: what the objective
+        differentiates. Only ``rma`` has an auxiliary loss (``rma.MemoryAgent.auxiliary_loss``);
+        the others give 0."""
+        if self.policy != "rma":
+            logits, value = self.outputs(params, memory, obs, first)
+            return logits, value, jnp.zeros((), jnp.float32), {}
+
+        def run(module):
+            _, (_, features, reads) = module.unroll_with_reads(memory, obs, first)
+            logits, value = module.heads(features)
+            return (logits, value) + module.auxiliary_loss(features, reads, obs)
 
         return self.module.apply(params, method=run)
 
@@ -133,8 +168,11 @@ def check_policy(policy: str, off_policy: bool, meta_gradient: bool, num_envs: i
 
 
 def make_agent_network(policy: str, distribution: ActionDistribution, hidden_sizes,
-                       activation: str, obs_ndim: int, epsilon: float) -> AgentNetwork:
-    """The network of ``TrainConfig.policy`` with the policy head of ``distribution``."""
+                       activation: str, obs_ndim: int, epsilon: float,
+                       obs_shape: Any = None, horizon: Any = None) -> AgentNetwork:
+    """The network of ``TrainConfig.policy`` with the policy head of ``distribution``;
+    ``rma`` also needs the observation's shape (its decoder) and the episode's length (one
+    memory row per step)."""
     if distribution.continuous and epsilon > 0:
         raise ValueError("policy_epsilon mixes the categorical policy with the uniform one; "
                          "continuous actions have no such mixture")
@@ -147,6 +185,10 @@ def make_agent_network(policy: str, distribution: ActionDistribution, hidden_siz
     elif policy in CELLS:
         module = RecurrentActorCritic(size, tuple(hidden_sizes), activation, obs_ndim=obs_ndim,
                                       epsilon=epsilon, cell=policy, distribution=law)
+    elif policy == "rma":
+        module = rma.MemoryAgent(size, tuple(hidden_sizes), activation, obs_ndim=obs_ndim,
+                                 epsilon=epsilon, memory_rows=rma.check_rows(horizon),
+                                 obs_size=int(np.prod(obs_shape or (1,))), distribution=law)
     else:
         raise ValueError(f"unknown policy {policy!r}; choose one of {POLICIES}")
     return AgentNetwork(module, policy)

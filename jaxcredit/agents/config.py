@@ -115,7 +115,9 @@ class TrainConfig:
     """the agent's network: mlp (memoryless) | gru | lstm | lru (recurrent: an embedding of
     hidden_sizes[0] units, the cell of that width, then actor and critic heads over
     hidden_sizes[1:]; minibatches of whole sequences; lru is memax's linear recurrent unit,
-    run by an associative scan)"""
+    run by an associative scan) | rma (the Reconstructive Memory Agent: an LSTM controller
+    that writes a code of every step into a memory of one row per episode step and reads it by
+    attention, with a reconstruction loss; what the tvt redistribute stage reads)"""
     action_dist: Optional[str] = None
     """the policy's law of actions (docs/continuous.md): categorical (discrete; their default) |
     gaussian (Box; their default) | gaussian_state | tanh_gaussian | tanh_gaussian_state"""

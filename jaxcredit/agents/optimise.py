@@ -25,7 +25,8 @@ Array = jax.Array
 
 def objective_batch(traj: Trajectory, credit: Credit) -> tuple[Trajectory, Credit]:
     """What the objective reads of the window, per step ``[T, N, ...]``."""
-    return (traj.replace(next_obs=None, state=None, extras=None, agent_state=None),
+    return (traj.replace(next_obs=None, state=None, extras=None, agent_state=None,
+                         memory_reads=None),
             Credit(advantage=credit.advantage, value_target=credit.value_target))
 
 
@@ -39,11 +40,15 @@ def minibatch_loss(network: AgentNetwork, objective: Objective, params: Any, bat
     """``(loss, metrics)`` of the objective on a batch: transitions ``[B, ...]`` for a
     memoryless agent, sequences ``[T, B, ...]`` re-run from ``memory`` (with ``first``, the
     episode starts) for a recurrent one."""
-    logits, value = network.outputs(params, memory, batch.obs, first)
+    logits, value, auxiliary, auxiliary_metrics = network.training_outputs(
+        params, memory, batch.obs, first)
     outputs = PolicyOutputs(logits, value)
     if network.recurrent:
         outputs, batch, credit = flatten_steps((outputs, batch, credit))
     loss, metrics = objective.loss(outputs, batch, credit, hparams)
+    if auxiliary_metrics:  # the network's own loss (rma: reconstruction, read strengths)
+        loss = loss + auxiliary
+        metrics = {**metrics, **auxiliary_metrics}
     return loss, {**metrics, "loss": loss}
 
 

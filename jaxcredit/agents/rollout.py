@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxcredit.policies import ActionDistribution
-from jaxcredit.types import Trajectory
+from jaxcredit.types import MemoryReads, Trajectory
 
 Array = jax.Array
 
@@ -206,3 +206,35 @@ def rollout(
         one_step, runner, jax.random.split(key, num_steps))
     return_sum, length_sum, count, success_count = jax.tree.map(jnp.sum, ended)
     return runner, transitions, EpisodeSummary(return_sum, length_sum, count, success_count)
+
+
+def example_window(env: Any, env_params: Any, law: ActionDistribution, obs: Array,
+                       with_state: bool = False, agent_state_size: Optional[int] = None,
+                       read_shape: Optional[tuple] = None) -> Trajectory:
+    """A window of zeros ``[T, N]`` shaped as :func:`rollout` (and the engine after it) fills
+    it, from observations ``obs [T, N, *obs_shape]``: what stages are initialised on.
+    ``with_state`` adds the tabular state index, ``agent_state_size`` the agent's state
+    ``[T, N, F]`` and ``read_shape`` ``(H, R)`` its memory reads; the environment's
+    ``step_extras`` are added where it has them."""
+    T, N = obs.shape[:2]
+    zeros = jnp.zeros((T, N), jnp.float32)
+    extras = None
+    if hasattr(env, "step_extras"):
+        _, env_state = env.reset(jax.random.key(0), env_params)
+        one = jax.eval_shape(env.step_extras, env_state,
+                             jnp.zeros(law.action_shape(), law.action_dtype()), env_params)
+        extras = jax.tree.map(lambda x: jnp.zeros((T, N) + x.shape, x.dtype), one)
+    reads = None
+    if read_shape is not None:
+        reads = MemoryReads(weights=jnp.zeros((T, N) + tuple(read_shape), jnp.float32),
+                            strengths=jnp.zeros((T, N, read_shape[0]), jnp.float32),
+                            rows=jnp.zeros((T, N), jnp.int32))
+    return Trajectory(
+        obs=obs, action=jnp.zeros((T, N) + law.action_shape(), law.action_dtype()),
+        reward=zeros, terminated=zeros.astype(bool), truncated=zeros.astype(bool),
+        value=zeros, next_value=zeros, log_prob=zeros,
+        logits=jnp.zeros((T, N, law.logits_size), jnp.float32), next_obs=obs,
+        state=jnp.zeros((T, N), jnp.int32) if with_state else None, extras=extras,
+        agent_state=(None if agent_state_size is None
+                     else jnp.zeros((T, N, agent_state_size), jnp.float32)),
+        memory_reads=reads)

@@ -87,8 +87,7 @@ def make_stages(config: TrainConfig, env: Any, env_params: Any,
                          f"cocoa_feature with features=pretrain has")
     if distribution is not None and distribution.continuous:
         check_continuous_actions(config, estimator, redistributor)
-    if config.policy == "mlp":
-        check_agent_state(config, estimator, redistributor)
+    check_agent_state(config, estimator, redistributor)
     return Stages(objective, estimator, relabeller, redistributor)
 
 
@@ -110,9 +109,12 @@ def check_agent_state(config: TrainConfig, estimator: Estimator,
     has one: a recurrent core."""
     for kind, name, stage in (("estimator", config.estimator.name, estimator),
                               ("redistribute stage", config.redistribute.name, redistributor)):
-        if stage is not None and stage.reads_agent_state:
+        if stage is not None and stage.reads_agent_state and config.policy == "mlp":
             raise ValueError(f"{kind} {name!r} reads the agent's recurrent state; a memoryless "
-                             f"policy has none: use --policy gru, lstm or lru")
+                             f"policy has none: use --policy gru, lstm, lru or rma")
+        if getattr(stage, "reads_memory", False) and config.policy != "rma":
+            raise ValueError(f"{kind} {name!r} reads how the agent read its external memory; "
+                             f"--policy {config.policy} has none: use --policy rma")
 
 
 def reads_agent_state(stages: Stages) -> bool:

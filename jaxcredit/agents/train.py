@@ -52,9 +52,9 @@ from jaxcredit.agents.agent_network import AgentNetwork, first_steps, make_agent
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
 from jaxcredit.agents.evaluation import play_episodes
 from jaxcredit.agents.optimise import flatten_steps, minibatch_loss, objective_batch, optimise
-from jaxcredit.agents.rollout import reset_groups, reset_runner, rollout
+from jaxcredit.agents.rollout import example_window, reset_groups, reset_runner, rollout
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, action_distribution,
-                                   make_environment, strong)
+                                   episode_horizon, make_environment, strong)
 from jaxcredit.agents.normalize import make_normalizer
 from jaxcredit.agents.stages import exact_twin, make_stages, reads_agent_state
 from jaxcredit.agents.state import AgentState, TrainState, Window
@@ -146,7 +146,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     obs_shape = tuple(env.observation_space(env_params).shape)
     agent_net = make_agent_network(config.policy, law, config.hidden_sizes, config.activation,
-                                   max(len(obs_shape), 1), config.policy_epsilon)
+                                   max(len(obs_shape), 1), config.policy_epsilon, obs_shape,
+                                   episode_horizon(env_params))
     network = agent_net.module
     # A policy table π[s, a] (the oracles, exact returns, credit errors) needs a memoryless policy.
     exact_policy = not agent_net.recurrent
@@ -167,26 +168,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         getattr(env_params, "max_steps_in_episode", 0) or DEFAULT_EVAL_MAX_STEPS)
 
     def example_trajectory(obs_dtype) -> Trajectory:
-        zeros = jnp.zeros((T, N), jnp.float32)
-        obs = jnp.zeros((T, N) + obs_shape, obs_dtype)
-        return Trajectory(
-            obs=obs, action=jnp.zeros((T, N) + law.action_shape(), law.action_dtype()),
-            reward=zeros, terminated=zeros.astype(bool), truncated=zeros.astype(bool),
-            value=zeros, next_value=zeros, log_prob=zeros,
-            logits=jnp.zeros((T, N, law.logits_size), jnp.float32),
-            next_obs=obs,
-            state=None if reference is None else jnp.zeros((T, N), jnp.int32),
-            extras=example_extras(),
-            agent_state=(jnp.zeros((T, N, agent_net.state_size), jnp.float32)
-                         if record_agent_state else None))
-
-    def example_extras():
-        if not hasattr(env, "step_extras"):
-            return None
-        _, env_state = env.reset(jax.random.key(0), env_params)
-        one = jax.eval_shape(env.step_extras, env_state,
-                             jnp.zeros(law.action_shape(), law.action_dtype()), env_params)
-        return jax.tree.map(lambda x: jnp.zeros((T, N) + x.shape, x.dtype), one)
+        return example_window(
+            env, env_params, law, jnp.zeros((T, N) + obs_shape, obs_dtype),
+            with_state=reference is not None,
+            agent_state_size=agent_net.state_size if record_agent_state else None,
+            read_shape=agent_net.read_shape if record_agent_state else None)
 
     def init(key: Array) -> TrainState:
         net_key, est_key, rd_key, env_key, run_key, eval_key = jax.random.split(key, 6)
@@ -220,10 +206,11 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         if not config.critic and not record_agent_state:
             zeros = jnp.zeros_like(traj.reward)
             return traj.replace(value=zeros, next_value=zeros)
-        value, next_value, agent_state = agent_net.window(
+        value, next_value, agent_state, reads = agent_net.window(
             agent_params, memory, traj.obs, first, traj.next_obs, critic=config.critic)
         if record_agent_state:
-            traj = traj.replace(agent_state=jax.lax.stop_gradient(agent_state))
+            traj = traj.replace(agent_state=jax.lax.stop_gradient(agent_state),
+                                memory_reads=jax.lax.stop_gradient(reads))
         return traj.replace(value=value, next_value=next_value)
 
     def collect(state: TrainState, hparams: Hparams, key: Array) -> Window:

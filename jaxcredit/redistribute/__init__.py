@@ -31,7 +31,9 @@ reward model), ``synthetic_returns`` (:mod:`jaxcredit.redistribute.synthetic_ret
 reward model over the episode's earlier states, Raposo et al. 2021), and ``rrd`` and ``ircr``
 (:mod:`jaxcredit.redistribute.return_decomposition`: a per-step reward model fitted to the
 returns of stored episodes, on random subsets of their steps (Ren et al. 2022) or on every step's
-normalised episode return (Gangwani et al. 2020)). Register another with
+normalised episode return (Gangwani et al. 2020)), and ``tvt``
+(:mod:`jaxcredit.redistribute.tvt`, Temporal Value Transport along an ``rma`` agent's memory
+reads, Hung et al. 2019). Register another with
 ``register("name", "package.module:factory")`` and select it with
 ``TrainConfig(redistribute="name")`` / ``--redistribute name``. A factory is given the engine's
 context (``env``, ``env_params``, ``horizon``, ``group_size``) where it takes it.
@@ -82,6 +84,8 @@ class Redistributor:
         for a continuous one), or not at all. False: discrete actions only.
       reads_agent_state: True when the stage reads ``Trajectory.agent_state`` (the recurrent
         policy's state), which the engine then records; it needs ``--policy gru|lstm|lru``.
+      reads_memory: True when the stage reads ``Trajectory.memory_reads`` (how the agent read
+        its external memory, recorded with the agent state); it needs ``--policy rma``.
     """
 
     name: str
@@ -94,6 +98,7 @@ class Redistributor:
     exact_model: Optional[str] = None
     continuous_actions: bool = False
     reads_agent_state: bool = False
+    reads_memory: bool = False
 
 
 REDISTRIBUTORS = Registry("redistributor", {
@@ -102,6 +107,7 @@ REDISTRIBUTORS = Registry("redistributor", {
     "synthetic_returns": "jaxcredit.redistribute.synthetic_returns:make_synthetic_returns",
     "ircr": "jaxcredit.redistribute.return_decomposition:make_ircr",
     "rrd": "jaxcredit.redistribute.return_decomposition:make_rrd",
+    "tvt": "jaxcredit.redistribute.tvt:make_tvt",
 })
 
 
