@@ -314,16 +314,24 @@ class QNetwork(nn.Module):
     """Action values Q(s, ·) from an MLP; optionally the dueling head of Wang et al. (2016),
     Q(s, a) = V(s) + A(s, a) − mean_a' A(s, a'), with separate value and advantage layers on a
     shared torso. ``apply(params, obs)`` returns ``[..., A]``. LeCun normal initialisation
-    (module docstring)."""
+    (module docstring). With ``layer_norm`` every hidden layer is Dense → LayerNorm →
+    activation (PQN's network, Gallici et al. 2024, ``purejaxql`` ``QNetwork``)."""
 
     num_actions: int
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "relu"
     obs_ndim: int = 1
     dueling: bool = False
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
+        if self.layer_norm:
+            x = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
+            for width in self.hidden_sizes:
+                x = nn.Dense(width, kernel_init=nn.initializers.lecun_normal())(x)
+                x = activation_fn(self.activation)(nn.LayerNorm()(x))
+            return nn.Dense(self.num_actions, kernel_init=nn.initializers.lecun_normal())(x)
         if not self.dueling:
             return MLP(self.hidden_sizes, self.num_actions, self.activation,
                        obs_ndim=self.obs_ndim, init="lecun")(obs)

@@ -23,11 +23,19 @@ from __future__ import annotations
 from typing import Any
 
 RUDDER_DEMO_MAX_FIT_STEPS = 100  # the demonstration code has no cap (a while loop)
+# PQN's CartPole hyper-parameters (purejaxql config/alg/pqn_cartpole.yaml: LR, MAX_GRAD_NORM,
+# GAMMA, LAMBDA, EPS_START, EPS_FINISH, EPS_DECAY), for Hparams.create.
+PQN_HPARAMS = dict(lr=1e-4, max_grad_norm=10.0, gamma=0.99, lambda_=0.95, epsilon_start=1.0,
+                   epsilon_end=0.2, epsilon_fraction=0.2)
 
 LEARNERS: dict[str, dict[str, Any]] = {
     "REINFORCE": dict(algo="reinforce"),
     "A2C+GAE": dict(algo="a2c", estimator="gae"),
     "PPO+GAE": dict(algo="ppo", estimator="gae"),
+    # PQN's network and reward scale (purejaxql config/alg/pqn_cartpole.yaml); its
+    # hyper-parameters are PQN_HPARAMS.
+    "PQN": dict(algo="pqn", layer_norm=True, hidden_sizes=(256, 256), activation="relu",
+                reward_scale=0.1),
     "hca_return": dict(algo="a2c", estimator="hca_return"),
     "hca_return all-action": dict(algo="a2c", estimator="hca_return",
                                   estimator_options=(("form", "all_action"),)),

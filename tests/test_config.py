@@ -27,7 +27,8 @@ FLAGS_BEFORE_RECORDS = (
     "n_step", "dueling", "huber", "eval_every", "eval_episodes", "eval_max_steps",
 )
 # Fields added since, listed after those (HELP_ORDER does not rank them).
-FLAGS_ADDED = ("policy", "action_dist", "normalize_env", "meta_gradient")
+FLAGS_ADDED = ("policy", "action_dist", "normalize_env", "meta_gradient", "layer_norm",
+               "reward_scale")
 
 # A resolved config's ``config.json`` entry as the flat TrainConfig wrote it (written by the
 # revision before the records, every record's fields away from their defaults somewhere).
@@ -65,7 +66,7 @@ def every_record_set() -> TrainConfig:
         burn_in_updates=1, model_warmup_updates=2, meta_gradient=("lambda", "gamma"),
         off_policy=OffPolicyConfig(buffer_size=64, batch_size=16, learning_starts=8,
                                    gradient_steps=2, target_update_every=3, n_step=2,
-                                   dueling=True, huber=True),
+                                   dueling=True, huber=True, reward_scale=0.5),
         evaluation=EvalConfig(every=2, episodes=4, max_steps=20))
 
 
@@ -125,7 +126,8 @@ def test_an_old_flat_config_dict_still_reads():
     # It is the config the flat names give (fields added since at their defaults), and what
     # it writes now reads back the same.
     assert config.flat() == {**OLD_FLAT_DICT, "meta_gradient": (), "policy": "mlp",
-                             "action_dist": None, "normalize_env": None, **{
+                             "action_dist": None, "normalize_env": None,
+                             "layer_norm": False, "reward_scale": 1.0, **{
         name: tuple((k, tuple(v) if isinstance(v, list) else v)
                     for k, v in sorted(OLD_FLAT_DICT[name].items())) for name in OPTION_FIELDS},
         "hidden_sizes": (8,)}

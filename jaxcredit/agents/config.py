@@ -56,8 +56,12 @@ ALGO_PRESETS = {
     "dqn": dict(estimator="double_q", update_epochs=1, num_minibatches=1, critic=False,
                 normalize_advantage=False,
                 clip_value_loss=False, num_steps=1, anneal_lr=False),
+    # PQN (jaxcredit.agents.pqn): Q(λ) over vmapped environments, no replay, a LayerNorm
+    # Q-network (set --layer-norm with the preset learner "PQN").
+    "pqn": dict(estimator="q_lambda", update_epochs=4, num_minibatches=16, critic=False,
+                normalize_advantage=False, clip_value_loss=False, num_steps=64, anneal_lr=True),
 }
-OFF_POLICY_ALGOS = ("dqn",)
+OFF_POLICY_ALGOS = ("dqn", "pqn")
 Q_TARGETS = ("double_q", "q_learning")
 ALGOS = tuple(ALGO_PRESETS)
 

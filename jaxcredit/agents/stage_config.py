@@ -169,6 +169,10 @@ class OffPolicyConfig:
     """dqn: dueling Q head, Q = V + A − mean A (Wang et al. 2016)"""
     huber: bool = False
     """dqn: Huber loss on the TD error instead of the squared error"""
+    layer_norm: bool = False
+    """Q-network with LayerNorm after every hidden layer (pqn's default)"""
+    reward_scale: float = 1.0
+    """pqn: rewards are multiplied by this for learning (returns are reported unscaled)"""
 
     def validate(self, prefix: str) -> None:
         """Raises ValueError naming the flag (``prefix`` + field); how the buffer compares with
@@ -179,6 +183,11 @@ class OffPolicyConfig:
         if self.learning_starts < 0:
             raise ValueError(f"{prefix}learning_starts must be non-negative, got "
                              f"{self.learning_starts}")
+        if not self.reward_scale > 0:
+            raise ValueError(f"{prefix}reward_scale must be positive, got {self.reward_scale}")
+        if self.layer_norm and self.dueling:
+            raise ValueError(f"{prefix}layer_norm and {prefix}dueling are two different Q "
+                             f"heads; choose one")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,8 +212,11 @@ class EvalConfig:
 
 def check_off_policy(config, q_targets) -> None:
     """The checks of an off-policy ``TrainConfig`` across its records (its Q-learning target,
-    one of ``q_targets``, its replay, the stages it has not); a one-line ValueError."""
+    one of ``q_targets``, its replay, the stages it has not); a one-line ValueError. PQN
+    (``algo="pqn"``) has no replay: its target is Peng's Q(λ) over the window."""
     off = config.off_policy
+    if config.algo == "pqn":
+        q_targets = ("q_lambda",)
     if config.estimator.name not in q_targets:
         raise ValueError(f"--algo {config.algo} learns Q by a Q-learning target; choose "
                          f"--estimator {' or '.join(q_targets)}, got "
@@ -218,12 +230,17 @@ def check_off_policy(config, q_targets) -> None:
     if config.redistribute.name:
         raise ValueError(f"--algo {config.algo} has no redistribute stage yet (rewards are "
                          "relabelled at sample time only)")
+    if config.algo == "pqn" and config.relabel.name:
+        raise ValueError("--algo pqn learns from the window it acted in, without replay; "
+                         "relabelling is for --algo dqn")
     if config.burn_in_updates or config.model_warmup_updates:
         raise ValueError(f"--algo {config.algo} waits with learning_starts; burn_in_updates "
                          "and model_warmup_updates are for the on-policy learners")
     if config.meta_gradient:
         raise ValueError(f"--algo {config.algo} has no meta-gradient (it adapts the on-policy "
                          "learners' γ and λ)")
+    if config.algo == "pqn":
+        return
     if off.buffer_size < off.batch_size:
         raise ValueError(f"buffer_size={off.buffer_size} is smaller than one batch "
                          f"(batch_size={off.batch_size})")

@@ -68,6 +68,7 @@ from jaxcredit.redistribute import Redistributor
 from jaxcredit.relabel import Relabeller
 from jaxcredit.agents.credit_scores import step_label_scores
 from jaxcredit.agents.dqn import make_dqn_engine
+from jaxcredit.agents.pqn import make_pqn_engine
 from jaxcredit.types import Credit, Trajectory
 
 Array = jax.Array
@@ -124,6 +125,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     assign_credit, update step, evaluate, run, train), or for ``dqn`` the off-policy one
     (``jaxcredit.agents.dqn``), which has the same shape."""
     config = config.resolved()
+    if config.algo == "pqn":
+        return make_pqn_engine(config, env, env_params)
     if config.algo in OFF_POLICY_ALGOS:
         return make_dqn_engine(config, env, env_params)
     env, env_params = make_environment(config, env, env_params)
