@@ -98,7 +98,8 @@ def test_replay_windows_are_consecutive_steps_of_one_environment():
 
 def test_bad_dqn_input_is_a_one_line_error():
     for kwargs, message in [
-        (dict(algo="dqn", estimator="gae"), "choose --estimator double_q or q_learning"),
+        (dict(algo="dqn", estimator="gae"),
+         "choose --estimator double_q or q_learning or q_lambda"),
         (dict(algo="dqn", objective="ppo"), "takes no --objective"),
         (dict(algo="dqn", buffer_size=64, batch_size=128), "smaller than one batch"),
         (dict(algo="dqn", n_step=0), "n_step must be a positive integer"),
@@ -134,6 +135,25 @@ def test_dqn_update_trains_only_after_learning_starts_and_fills_the_buffer():
     assert learning == [0.0] * 3 + [1.0] * 13  # 32 env steps collected after update 4
     assert bool(state.replay.is_full) and int(state.update) == 16
     assert np.isfinite(float(metrics["loss"])) and float(metrics["epsilon"]) < 1.0
+
+
+def test_q_lambda_over_stored_sequences_is_n_step_q_learning_at_lambda_one():
+    """``--estimator q_lambda`` trains on Peng's Q(λ) over the n_step sampled steps. At λ = 1 it
+    is the episode-aware n-step Q-learning target (the same sampled rows, the same gradient
+    step); at λ = 1/2 it is not."""
+    filled = jax.jit(make_engine(SMALL).run, static_argnums=2)(
+        make_engine(SMALL).init(jax.random.key(0)), Hparams.create(lr=1e-3), 8)[0]
+    key, lr = jax.random.key(3), jnp.float32(1e-3)
+    losses = {}
+    for name, lam in (("q_learning", 1.0), ("q_lambda", 1.0), ("q_lambda", 0.5)):
+        engine = make_engine(SMALL.replace(estimator=name))
+        agent, metrics = jax.jit(engine.learn)(filled, Hparams.create(lr=1e-3, lambda_=lam),
+                                               key, lr)
+        losses[name, lam] = (float(metrics["loss"]), agent.params)
+    assert losses["q_lambda", 1.0][0] == pytest.approx(losses["q_learning", 1.0][0], rel=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                 losses["q_lambda", 1.0][1], losses["q_learning", 1.0][1])
+    assert losses["q_lambda", 0.5][0] != pytest.approx(losses["q_learning", 1.0][0], rel=1e-3)
 
 
 def test_dqn_resume_with_a_full_replay_equals_the_uninterrupted_run(tmp_path):

@@ -62,7 +62,7 @@ ALGO_PRESETS = {
                 normalize_advantage=False, clip_value_loss=False, num_steps=64, anneal_lr=True),
 }
 OFF_POLICY_ALGOS = ("dqn", "pqn")
-Q_TARGETS = ("double_q", "q_learning")
+Q_TARGETS = ("double_q", "q_learning", "q_lambda")
 ALGOS = tuple(ALGO_PRESETS)
 
 # Evaluations per run when `eval_every` is left as None.

@@ -16,7 +16,9 @@ plots and the command line (``jaxcredit train --algo dqn``) work unchanged. One 
 
 ε decays linearly from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_fraction`` of the
 updates (``Hparams``; sweepable like every float). The config's ``estimator`` names the target:
-``double_q`` (van Hasselt et al. 2016, the default) or ``q_learning`` (Mnih et al. 2015).
+``double_q`` (van Hasselt et al. 2016, the default), ``q_learning`` (Mnih et al. 2015), or
+``q_lambda``: Peng's Q(λ) over stored sequences of ``n_step`` steps, bootstrapped from the
+target network at every step and mixed by λ (``Hparams.lambda_``).
 
 Training transition. Each sampled window of S steps trains on one row, ``anchor``: the row after
 the relabeller's ``past`` context. S = anchor + max(n_step, 1 + relabeller.future): enough for
@@ -151,6 +153,7 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
     success = success_fn(env)
     goals = goal_env(env)
     double = config.estimator.name == "double_q"
+    peng = config.estimator.name == "q_lambda"
     U = config.num_updates
     # The first update after which learning_starts env steps are stored (in Python: no int32
     # step count to overflow in long runs).
@@ -202,13 +205,18 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
     def learn(state: DQNState, hparams: Hparams, key: Array, lr) -> tuple[AgentState, Metrics]:
         rows, metrics = replayed_rows(state, key)  # what the target reads
         q_next_target = network.apply(state.target_params, rows.next_obs)
-        if double:
-            q_next_online = network.apply(state.agent.params, rows.next_obs)
-            bootstrap = q_learning.double_q_learning_bootstrap(q_next_target, q_next_online)
+        if peng:  # Peng's Q(λ) over the n sampled steps, from the target network
+            target = q_learning.peng_q_lambda_targets(rows.reward, rows.terminated,
+                                                      rows.truncated, q_next_target,
+                                                      hparams.gamma, hparams.lambda_)[0]
         else:
-            bootstrap = q_learning.q_learning_bootstrap(q_next_target)
-        target = q_learning.n_step_q_targets(rows.reward, rows.terminated, rows.truncated,
-                                             bootstrap, hparams.gamma, n)[0]
+            if double:
+                q_next_online = network.apply(state.agent.params, rows.next_obs)
+                bootstrap = q_learning.double_q_learning_bootstrap(q_next_target, q_next_online)
+            else:
+                bootstrap = q_learning.q_learning_bootstrap(q_next_target)
+            target = q_learning.n_step_q_targets(rows.reward, rows.terminated, rows.truncated,
+                                                 bootstrap, hparams.gamma, n)[0]
         grads, loss_metrics = jax.grad(q_loss, has_aux=True)(
             state.agent.params, rows.obs[0], rows.action[0], target, hparams)
         params, opt_state, grad_norm = adam_step(state.agent.params, state.agent.opt_state,

@@ -43,30 +43,11 @@ from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_
                                    episode_horizon, make_environment, strong)
 from jaxcredit.agents.state import AgentState
 from jaxcredit.envs.goals import success_fn
-from jaxcredit.estimators.returns import lambda_returns
+from jaxcredit.estimators.q_learning import peng_q_lambda_targets
 from jaxcredit.networks import QNetwork
 
 Array = jax.Array
 Metrics = dict[str, Array]
-
-
-def peng_q_lambda_targets(reward: Array, terminated: Array, truncated: Array,
-                          q_next: Array, gamma, lambda_) -> Array:
-    """Peng's Q(λ) returns over a window (Peng & Williams 1996; rlax's ``q_lambda`` with a
-    scalar λ; PQN's ``_get_target``), ``[T, *batch]``::
-
-        G_t = r_t + γ (1 − terminated_t) [(1 − λ_t) max_a Q(s'_{t+1}, a) + λ_t G_{t+1}],
-        λ_t = λ (1 − done_t),   G_{T−1} = r_{T−1} + γ (1 − terminated_{T−1}) max_a Q(s'_T, a)
-
-    ``q_next [T, *batch, A]`` is Q at s'_{t+1}, the final observation where the episode ended
-    at t: a time-out bootstraps from it, a termination does not, and neither continues the
-    λ-chain into the next episode.
-    """
-    done = jnp.logical_or(terminated, truncated)
-    discount = gamma * (1.0 - terminated.astype(reward.dtype))
-    lam = lambda_ * (1.0 - done.astype(reward.dtype))
-    return lambda_returns(reward, discount, jnp.max(q_next, axis=-1), lam,
-                          stop_target_gradients=True)
 
 
 @struct.dataclass

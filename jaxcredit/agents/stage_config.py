@@ -125,7 +125,8 @@ class EstimatorConfig(FittedStageConfig):
 
     name: Optional[str] = None
     """estimate stage: a registered name (jaxcredit list estimators) or module:factory (default:
-    gae, or mc for reinforce); for dqn the Q target: double_q | q_learning"""
+    gae, or mc for reinforce); for dqn the Q target: double_q | q_learning | q_lambda (Peng's
+    Q(λ) over n_step stored steps); for pqn: q_lambda"""
     options: Options = ()
     """options of the estimator, e.g. n=10 or model=oracle"""
     fit_steps: int = 4
@@ -164,7 +165,8 @@ class OffPolicyConfig:
     target_update_every: int = 50
     """dqn: updates between target-network updates (a copy for tau = 1, else Polyak)"""
     n_step: int = 1
-    """dqn: n of the n-step Q target (episode-aware: stops at every episode end)"""
+    """dqn: n of the n-step Q target (episode-aware: stops at every episode end); with
+    --estimator q_lambda the length of the stored sequences Q(λ) runs over"""
     dueling: bool = False
     """dqn: dueling Q head, Q = V + A − mean A (Wang et al. 2016)"""
     huber: bool = False

@@ -389,3 +389,57 @@ def load_dqn(folder: pathlib.Path) -> tuple[types.ModuleType, dict]:
     dqn.LogWrapper = lambda env: FiveValueStep(log_wrapper(env))
     dqn.jax = _jax_with_tree_map()
     return dqn, default_config(path.read_text())
+
+
+# purejaxql (Gallici et al.'s PQN code): the gymnax script and its CartPole settings.
+PQN_FILE = "purejaxql/pqn_gymnax.py"
+PQN_CONFIG = "purejaxql/config/alg/pqn_cartpole.yaml"
+
+
+def load_pqn(git_dir: str, workdir: pathlib.Path, rev: str = "HEAD"
+             ) -> tuple[types.ModuleType, dict, str]:
+    """Imports purejaxql's ``pqn_gymnax.py`` of ``rev`` of a (bare) git directory, unedited,
+    with its CartPole settings (``pqn_cartpole.yaml``) and a label with the revision.
+
+    Adapted as PureJaxRL's DQN is: gymnax ≥ 1.0's steps through :class:`FiveValueStep` and the
+    removed ``jax.tree_map``. Its ``@hydra.main`` decorator becomes the identity while it
+    loads; hydra's config, wandb and safetensors (its checkpoints) are stand-ins, as the race
+    uses none of them.
+    """
+    import yaml  # noqa: PLC0415 (only this race reads YAML)
+
+    texts = {}
+    for name in (PQN_FILE, PQN_CONFIG):
+        try:
+            texts[name] = subprocess.run(
+                ["git", "--git-dir", git_dir, "show", f"{rev}:{name}"],
+                check=True, capture_output=True, text=True).stdout
+        except (subprocess.CalledProcessError, OSError) as err:
+            detail = getattr(err, "stderr", "") or str(err)
+            raise ValueError(f"--purejaxql-git {git_dir}: cannot read {name} at {rev}: "
+                             f"{' '.join(detail.split())}") from None
+    path = workdir / "pqn_gymnax.py"
+    path.write_text(texts[PQN_FILE])
+    hydra = types.ModuleType("hydra")
+    hydra.main = lambda **_: (lambda function: function)
+    saved = sys.modules.get("hydra")
+    sys.modules["hydra"] = hydra
+    try:
+        with _stand_ins(tuple(p for p in ("omegaconf", "wandb", "safetensors")
+                              if importlib.util.find_spec(p) is None)):
+            pqn = _load_module("purejaxql_pqn", path)
+    except Exception as err:  # noqa: BLE001 (third-party code: any failure is one message)
+        raise ValueError(f"cannot import purejaxql's pqn_gymnax.py from {git_dir}: "
+                         f"{type(err).__name__}: {' '.join(str(err).split())}") from None
+    finally:
+        if saved is None:
+            sys.modules.pop("hydra", None)
+        else:
+            sys.modules["hydra"] = saved
+    log_wrapper = pqn.LogWrapper
+    pqn.LogWrapper = lambda env: FiveValueStep(log_wrapper(env))
+    pqn.jax = _jax_with_tree_map()
+    defaults = yaml.safe_load(texts[PQN_CONFIG])
+    revision = subprocess.run(["git", "--git-dir", git_dir, "rev-parse", "--short", rev],
+                              capture_output=True, text=True).stdout.strip()
+    return pqn, defaults, f"purejaxql {revision or rev}"

@@ -95,6 +95,9 @@ class Rivals:
     rnn_defaults: Optional[dict] = None
     continuous: Any = None
     continuous_defaults: Optional[dict] = None
+    pqn: Any = None
+    pqn_defaults: Optional[dict] = None
+    pqn_label: str = ""
     baseline: Any = None
     baseline_label: str = ""
 
@@ -215,6 +218,52 @@ def dqn_races(args: Any, rivals: Rivals, repeats: int) -> list[dict]:
             result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
         results.append(result)
     return results
+
+
+def pqn_fields(defaults: dict) -> tuple[dict, dict]:
+    """purejaxql's PQN settings (``pqn_cartpole.yaml``) as the engine's ``(TrainConfig fields,
+    Hparams)``: its ``HIDDEN_SIZE`` × ``NUM_LAYERS`` LayerNorm ReLU network, reward scale, and
+    ε decayed over ``EPS_DECAY`` of ``TOTAL_TIMESTEPS_DECAY``."""
+    total = int(float(defaults["TOTAL_TIMESTEPS"]))
+    if defaults.get("NORM_TYPE", "layer_norm") != "layer_norm":
+        raise ValueError(f"purejaxql's NORM_TYPE={defaults['NORM_TYPE']!r}: the engine's PQN "
+                         "normalises by LayerNorm only")
+    fields = dict(algo="pqn", env=defaults["ENV_NAME"], num_envs=int(defaults["NUM_ENVS"]),
+                  num_steps=int(defaults["NUM_STEPS"]), total_timesteps=total,
+                  num_minibatches=int(defaults["NUM_MINIBATCHES"]),
+                  update_epochs=int(defaults["NUM_EPOCHS"]),
+                  hidden_sizes=(int(defaults["HIDDEN_SIZE"]),) * int(defaults["NUM_LAYERS"]),
+                  activation="relu", layer_norm=True,
+                  reward_scale=float(defaults.get("REW_SCALE", 1.0)),
+                  anneal_lr=bool(defaults.get("LR_LINEAR_DECAY", False)), eval_every=0)
+    decay = float(defaults["EPS_DECAY"]) * float(defaults["TOTAL_TIMESTEPS_DECAY"]) / total
+    hparams = dict(lr=float(defaults["LR"]), gamma=float(defaults["GAMMA"]),
+                   lambda_=float(defaults["LAMBDA"]),
+                   max_grad_norm=float(defaults["MAX_GRAD_NORM"]),
+                   epsilon_start=float(defaults["EPS_START"]),
+                   epsilon_end=float(defaults["EPS_FINISH"]), epsilon_fraction=min(1.0, decay))
+    return fields, hparams
+
+
+def pqn_race(args: Any, rivals: Rivals, repeats: int) -> dict:
+    """The PQN engine against purejaxql's ``pqn_gymnax.py`` on its CartPole settings (one seed;
+    its evaluation during training off, as the engine's)."""
+    defaults = dict(rivals.pqn_defaults)
+    fields, hparams = pqn_fields(defaults)
+    config = dict(defaults, TOTAL_TIMESTEPS=fields["total_timesteps"],
+                  TOTAL_TIMESTEPS_DECAY=int(float(defaults["TOTAL_TIMESTEPS_DECAY"])),
+                  WANDB_MODE="disabled", TEST_DURING_TRAINING=False)
+    train = rivals.pqn.make_train(config)  # fills NUM_UPDATES
+    steps = int(config["NUM_UPDATES"]) * fields["num_envs"] * fields["num_steps"]
+    cases = [engine_case("jaxcredit pqn", current, fields, hparams),
+             compile_case(rivals.pqn_label, train, lambda s: (jax.random.PRNGKey(100 + s),),
+                          steps)]
+    name = (f"PQN {fields['env']}, {fields['num_envs']} envs × {fields['num_steps']} steps, "
+            f"{fields['total_timesteps']:,} steps")
+    result = race_result(name, race(cases, repeats, args.seed))
+    result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
+        result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
+    return result
 
 
 def rnn_fields(defaults: dict) -> dict:

@@ -77,8 +77,8 @@ from jaxcredit.bench import baseline as baseline_lib
 from jaxcredit.bench import purejaxrl as purejaxrl_lib
 from jaxcredit.bench.races import (CONTINUOUS_ENV, PPO_ENV, REDISTRIBUTOR_ENV, Rivals,
                                    continuous_race, dqn_races, estimator_races, format_race,
-                                   main_race, redistributor_fields, redistributor_races,
-                                   rnn_race, scale_races)
+                                   main_race, pqn_race, redistributor_fields,
+                                   redistributor_races, rnn_race, scale_races)
 from jaxcredit.flags import Repeatable, flat, parse_options
 from jaxcredit.diagnostics.specs import EstimatorSpec, parse_specs
 from jaxcredit.estimators import make_estimator
@@ -127,6 +127,11 @@ class TrainBench:
     --purejaxrl-git)"""
     rnn_timesteps: Optional[float] = None
     """env steps per call in the recurrent race (default: ppo_rnn.py's own, 5e5)"""
+    pqn: bool = False
+    """the PQN race against purejaxql's pqn_gymnax.py on its CartPole settings (needs
+    --purejaxql-git)"""
+    purejaxql_git: Optional[str] = None
+    """a bare git directory of purejaxql (mttga/purejaxql) to race PQN against (its HEAD)"""
     continuous: bool = False
     """the continuous PPO race against PureJaxRL's ppo_continuous_action.py (needs --purejaxrl
     or --purejaxrl-git)"""
@@ -249,9 +254,11 @@ def check(args: TrainBench) -> Checked:
     if args.continuous:
         purejaxrl_lib.continuous_task(args.continuous_env)  # unknown, or not continuous
     if not (args.main or args.estimators or args.redistributors or args.dqn or args.rnn
-            or args.continuous):
+            or args.continuous or args.pqn):
         raise ValueError("--no-main leaves nothing to run; add --estimators, --redistributors, "
-                         "--dqn, --rnn or --continuous")
+                         "--dqn, --rnn, --continuous or --pqn")
+    if args.pqn and not args.purejaxql_git:
+        raise ValueError("--pqn races purejaxql's pqn_gymnax.py: pass --purejaxql-git DIR")
     if args.dqn and not (args.purejaxrl or args.purejaxrl_git):
         raise ValueError("--dqn races PureJaxRL's dqn.py: pass --purejaxrl DIR or "
                          "--purejaxrl-git DIR")
@@ -288,6 +295,9 @@ def load_rivals(args: TrainBench, workdir: pathlib.Path) -> Rivals:
         if args.continuous:
             rivals.continuous, rivals.continuous_defaults = purejaxrl_lib.load_ppo(
                 folder, purejaxrl_lib.CONTINUOUS_FILE)
+    if args.pqn:
+        rivals.pqn, rivals.pqn_defaults, rivals.pqn_label = purejaxrl_lib.load_pqn(
+            args.purejaxql_git, workdir)
     if args.baseline_rev:
         rivals.baseline, short = baseline_lib.import_revision(args.baseline_rev, workdir)
         rivals.baseline_label = f"jaxcredit {short}"
@@ -345,6 +355,11 @@ def bench(args: TrainBench) -> dict:
                 report(result)
                 for label, ratio in result["ratios"].items():
                     print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
+        if args.pqn:
+            result = pqn_race(args, rivals, repeats)
+            report(result)
+            for label, ratio in result["ratios"].items():
+                print(f"SPS ratio {label}: {ratio:.3f} (same process, alternating calls)")
     for result in (estimator_races(args, checked.specs, checked.fit_steps, checked.env_options,
                                    hparams, repeats) if checked.specs else ()):
         report(result)

@@ -15,7 +15,8 @@ and the n-step target of step t is the episode-aware n-step return of the estima
 
 m = min(n, steps to the end of the episode): a termination stops the sum without a bootstrap, a
 time-out stops it and bootstraps from the final observation. n = 1 is the one-step target
-``r_t + γ (1 − terminated_t) v'_t``.
+``r_t + γ (1 − terminated_t) v'_t``. Peng's Q(λ) (:func:`peng_q_lambda_targets`) mixes every
+n over a sequence instead (PQN's target; the DQN engine's ``--estimator q_lambda``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from jaxcredit.estimators.returns import episode_aware_n_step_returns
+from jaxcredit.estimators.returns import episode_aware_n_step_returns, lambda_returns
 
 Array = jax.Array
 
@@ -62,3 +63,22 @@ def n_step_q_targets(reward: Array, terminated: Array, truncated: Array, bootstr
         return jax.lax.stop_gradient(reward + discount * bootstrap)
     targets = episode_aware_n_step_returns(reward, bootstrap, terminated, truncated, gamma, n)
     return jax.lax.stop_gradient(targets)
+
+
+def peng_q_lambda_targets(reward: Array, terminated: Array, truncated: Array,
+                          q_next: Array, gamma, lambda_) -> Array:
+    """Peng's Q(λ) returns over a window (Peng & Williams 1996; rlax's ``q_lambda`` with a
+    scalar λ; PQN's ``_get_target``), ``[T, *batch]``::
+
+        G_t = r_t + γ (1 − terminated_t) [(1 − λ_t) max_a Q(s'_{t+1}, a) + λ_t G_{t+1}],
+        λ_t = λ (1 − done_t),   G_{T−1} = r_{T−1} + γ (1 − terminated_{T−1}) max_a Q(s'_T, a)
+
+    ``q_next [T, *batch, A]`` is Q at s'_{t+1}, the final observation where the episode ended
+    at t: a time-out bootstraps from it, a termination does not, and neither continues the
+    λ-chain into the next episode.
+    """
+    done = jnp.logical_or(terminated, truncated)
+    discount = gamma * (1.0 - terminated.astype(reward.dtype))
+    lam = lambda_ * (1.0 - done.astype(reward.dtype))
+    return lambda_returns(reward, discount, jnp.max(q_next, axis=-1), lam,
+                          stop_target_gradients=True)
