@@ -557,3 +557,97 @@ def test_purejaxrl_continuous_runs_unedited_on_a_gymnax_task(fake_purejaxrl, tmp
     # Final returns: the episodes that ended in the last tenth, or else in the last update with any.
     assert bench_races.late_return(np.array([1.0, np.nan, 3.0, 5.0]), np.array([1, 0, 2, 0])) == 3
     assert np.isnan(bench_races.late_return(np.zeros((4, 2)), np.zeros((4, 2), bool)))
+
+
+PQN_CARTPOLE = {"TOTAL_TIMESTEPS": 5e5, "TOTAL_TIMESTEPS_DECAY": 5e5, "NUM_ENVS": 32,
+                "NUM_STEPS": 64, "EPS_START": 1.0, "EPS_FINISH": 0.2, "EPS_DECAY": 0.2,
+                "NUM_MINIBATCHES": 16, "NUM_EPOCHS": 4, "NORM_INPUT": False,
+                "HIDDEN_SIZE": 256, "NUM_LAYERS": 2, "NORM_TYPE": "layer_norm", "LR": 1e-4,
+                "MAX_GRAD_NORM": 10, "LR_LINEAR_DECAY": True, "REW_SCALE": 0.1,
+                "GAMMA": 0.99, "LAMBDA": 0.95, "ENV_NAME": "CartPole-v1"}
+
+
+def test_pqn_race_maps_purejaxql_settings_to_the_engine():
+    """purejaxql's pqn_cartpole.yaml: 32 envs × 64 steps, 16 minibatches × 4 epochs, two
+    LayerNorm ReLU layers of 256, rewards × 0.1, ε 1 → 0.2 over 20 % of the decay horizon, RAdam
+    at 1e-4 decayed linearly, clip 10; the engine's PQN takes each as it is."""
+    from jaxcredit.agents import TrainConfig
+    from jaxcredit.bench.races import pqn_fields
+
+    fields, hparams = pqn_fields(PQN_CARTPOLE)
+    assert fields == dict(algo="pqn", env="CartPole-v1", num_envs=32, num_steps=64,
+                          total_timesteps=500_000, num_minibatches=16, update_epochs=4,
+                          hidden_sizes=(256, 256), activation="relu", layer_norm=True,
+                          reward_scale=0.1, anneal_lr=True, eval_every=0)
+    assert hparams == dict(lr=1e-4, gamma=0.99, lambda_=0.95, max_grad_norm=10.0,
+                           epsilon_start=1.0, epsilon_end=0.2, epsilon_fraction=0.2)
+    assert TrainConfig.from_flat(**fields).num_updates == 244  # purejaxql: 5e5 // 64 // 32
+    # ε decays over the decay horizon's share even when the run is shorter.
+    assert pqn_fields(dict(PQN_CARTPOLE, TOTAL_TIMESTEPS=2.5e5))[1]["epsilon_fraction"] == 0.4
+    with pytest.raises(ValueError, match="LayerNorm only"):
+        pqn_fields(dict(PQN_CARTPOLE, NORM_TYPE="batch_norm"))
+
+
+# A pqn_gymnax.py look-alike, as purejaxql's: hydra's decorator on main, omegaconf, wandb and
+# safetensors imported at the top, gymnax's LogWrapper with the old five-value step, jax.tree_map.
+FAKE_PQN = '''
+import jax
+import jax.numpy as jnp
+import hydra
+from omegaconf import OmegaConf
+import wandb
+from safetensors.flax import load_file, save_file
+from gymnax.wrappers.purerl import FlattenObservationWrapper, LogWrapper
+import gymnax
+
+
+def make_train(config):
+    config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
+    env, env_params = gymnax.make(config["ENV_NAME"])
+    env = LogWrapper(FlattenObservationWrapper(env))
+
+    def train(rng):
+        obs, state = env.reset(rng, env_params)
+
+        def step(state, key):
+            obs, state, reward, done, info = env.step(key, state, 0, env_params)
+            return state, reward
+
+        _, rewards = jax.lax.scan(step, state, jax.random.split(rng, 4))
+        return jax.tree_map(jnp.sum, {"rewards": rewards})
+
+    return train
+
+
+@hydra.main(version_base=None, config_path="./config", config_name="config")
+def main(config):
+    return OmegaConf.to_container(config)
+'''
+
+
+def test_purejaxql_pqn_loads_unedited_through_the_bridge(tmp_path):
+    """pqn_gymnax.py exported from a git directory and imported as it is: hydra's decorator,
+    the missing packages and the five-value step are bridged, its train runs, and the settings
+    come from config/alg/pqn_cartpole.yaml."""
+    import yaml
+
+    root = tmp_path / "purejaxql"
+    (root / "purejaxql" / "config" / "alg").mkdir(parents=True)
+    (root / "purejaxql" / "pqn_gymnax.py").write_text(FAKE_PQN)
+    (root / "purejaxql" / "config" / "alg" / "pqn_cartpole.yaml").write_text(
+        yaml.safe_dump(PQN_CARTPOLE))
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    try:
+        for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "fake"]):
+            subprocess.run([*git, *cmd], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git is not available")
+    (tmp_path / "export").mkdir()
+    pqn, defaults, label = purejaxrl.load_pqn(str(root / ".git"), tmp_path / "export")
+    assert defaults["HIDDEN_SIZE"] == 256 and label.startswith("purejaxql ")
+    out = pqn.make_train(dict(defaults, TOTAL_TIMESTEPS=2048))(jax.random.PRNGKey(0))
+    assert float(out["rewards"]) == 4.0  # CartPole pays 1 a step
+    # The decorator's stand-in is gone once loaded (a real hydra, if installed, stays).
+    assert "hydra" not in sys.modules or sys.modules["hydra"].__spec__ is not None
+    with pytest.raises(ValueError, match="cannot read purejaxql/pqn_gymnax.py"):
+        purejaxrl.load_pqn(str(tmp_path / "nowhere"), tmp_path / "export")
