@@ -4,6 +4,7 @@ the centred model input; the oracle model reads tabular states."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxcredit.agents import Hparams
 from jaxcredit.envs import make as make_env
@@ -65,3 +66,35 @@ def test_centred_model_input_is_the_return_minus_the_value():
     params = est.init(KEY, traj)
     loss, _ = est.loss(params, traj, HP, KEY)
     assert np.isfinite(float(loss))
+
+
+def test_the_agent_state_input_replaces_the_observation():
+    """``state_input="agent_state"``: h(a | x_t, Z) reads the recurrent agent's state x_t in
+    place of the observation: the credit moves when the state moves and not when the
+    observation does; without a recorded state, a one-line error; the record says it reads the
+    agent's state (the engine then records it, and refuses a memoryless policy)."""
+    _, _, traj = _bandit_episodes(64)
+    rng = np.random.default_rng(0)
+    core = jnp.asarray(rng.normal(size=traj.reward.shape + (5,)), jnp.float32)
+    traj = traj.replace(agent_state=core)
+    for name in ("hca_return", "c2a2c"):
+        est = make_estimator(name, state_input="agent_state", hidden=(8,),
+                             policy_modulated=False)
+        assert est.reads_agent_state
+        params = est.init(KEY, traj)  # its output layer starts at 0 (h = π): move every leaf
+        leaves, tree = jax.tree.flatten(params)
+        params = jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(jax.random.key(i), x.shape)
+                                           for i, x in enumerate(leaves)])
+        credit = est.assign(params, traj, HP, KEY).advantage
+        other_obs = traj.replace(obs=traj.obs + 1.0)
+        np.testing.assert_array_equal(est.assign(params, other_obs, HP, KEY).advantage, credit)
+        if name == "hca_return":  # c2a2c's credit is gated GAE; its ratio moves instead
+            moved = traj.replace(agent_state=core + 1.0)
+            assert not np.allclose(est.assign(params, moved, HP, KEY).advantage, credit)
+        with pytest.raises(ValueError, match="trajectory has none"):
+            est.assign(params, traj.replace(agent_state=None), HP, KEY)
+    assert not make_estimator("hca_return").reads_agent_state
+    with pytest.raises(ValueError, match="state_input must be one of"):
+        make_estimator("hca_return", state_input="memory")
+    with pytest.raises(ValueError, match="is for the mlp model"):
+        make_estimator("hca_return", state_input="agent_state", model="oracle")

@@ -71,6 +71,11 @@ KTD_LEARNERS = {"PPO+GAE γ=1": ("PPO+GAE", {"gamma": 1.0}),
                 "PPO+RUDDER": ("PPO+RUDDER", {"gamma": 1.0}),
                 "A2C+GAE γ=1": ("A2C+GAE", {"gamma": 1.0}),
                 "A2C+hca_return": ("hca_return", {"gamma": 1.0}),
+                # h(a | x, Z) on the agent's own GRU state, which knows whether the key was
+                # taken (the observation does not show it).
+                "A2C+hca_return (agent state)": (
+                    "hca_return", {"gamma": 1.0},
+                    {"estimator_options": (("state_input", "agent_state"),)}),
                 # CCA-PG, X_t a forward GRU over the window (docs/cca.md): the cca preset is
                 # the high-variance task its paper reports (apples worth 1 or 10 an episode).
                 "A2C+CCA": ("cca gru", {"gamma": 1.0}),

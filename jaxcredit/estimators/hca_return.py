@@ -39,6 +39,8 @@ from jaxcredit.types import Credit, Trajectory
 Array = jax.Array
 
 MODEL_INPUTS = ("standardised", "centred", "grid")
+# What the model reads of the step besides Z: the observation, or the recurrent agent's state.
+STATE_INPUTS = ("observation", "agent_state")
 # Bins of a grid derived from a range (z_range or the environment's); docs/hca.md has the
 # measurements behind 16 (finer grids fit the model more slowly and learned more slowly).
 DEFAULT_BINS = 16
@@ -201,6 +203,7 @@ class ReturnHindsight:
     return_kind: str
     mix: float
     model_input: str
+    state_input: str = "observation"
 
     @property
     def oracle(self) -> bool:
@@ -213,15 +216,28 @@ class ReturnHindsight:
             return hm.return_oracle()
         if self.model == "mlp":
             width = len(self.z_grid) if self.model_input == "grid" else 1
-            return hm.return_mlp(obs_ndim(trajectory), self.hidden, self.policy_modulated, width)
+            ndim = 1 if self.state_input == "agent_state" else obs_ndim(trajectory)
+            return hm.return_mlp(ndim, self.hidden, self.policy_modulated, width)
         return hm.return_tabular(self.num_states, self.z_grid, self.policy_modulated)
 
+    def step_inputs(self, trajectory: Trajectory) -> Array:
+        """What the model reads of each step: the tabular state (oracle), the recurrent
+        agent's state (``state_input="agent_state"``), or the observation."""
+        if self.oracle:
+            return trajectory.state
+        if self.state_input == "agent_state":
+            if trajectory.agent_state is None:
+                raise ValueError("state_input=agent_state reads the agent's recurrent state, "
+                                 "and the trajectory has none")
+            return trajectory.agent_state
+        return trajectory.obs
+
     def init(self, key, example: Trajectory):
-        return self.build(example).init(key, example.obs, example.logits.shape[-1])
+        return self.build(example).init(key, self.step_inputs(example), example.logits.shape[-1])
 
     def log_h(self, params, trajectory: Trajectory, z: Array) -> Array:
         """log h_φ(·|s_t, Z_t) for every step: ``[T, *batch, A]``."""
-        inputs = trajectory.state if self.oracle else trajectory.obs
+        inputs = self.step_inputs(trajectory)
         feature = model_feature(z, trajectory, self.model_input, self.z_grid)
         logits = self.build(trajectory).logits(params, inputs, z, feature, trajectory.logits)
         return jax.nn.log_softmax(logits)
@@ -277,13 +293,17 @@ def input_grid(model_input: str, needs_grid: bool, z_grid: Any, z_range: Any,
 
 
 def _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
-           env_params, return_kind, mix, model_input) -> ReturnHindsight:
+           env_params, return_kind, mix, model_input, state_input="observation"
+           ) -> ReturnHindsight:
     """Checks the model options and resolves the grid of returns (once, at build; the
     environment is read only when the grid input or the tabular model needs it)."""
     grid = input_grid(model_input, model == "tabular", z_grid, z_range, z_bins, env, env_params)
     _check_model(model, num_states, grid, return_kind)
+    check_choice("state_input", state_input, STATE_INPUTS)
+    if state_input == "agent_state" and model != "mlp":
+        raise ValueError(f"state_input=agent_state is for the mlp model, got model={model!r}")
     return ReturnHindsight(model, tuple(hidden), policy_modulated, num_states, grid, return_kind,
-                           mix, model_input)
+                           mix, model_input, state_input)
 
 
 def _record(name, parts: ReturnHindsight, assign, all_action: bool, twin) -> Estimator:
@@ -297,6 +317,7 @@ def _record(name, parts: ReturnHindsight, assign, all_action: bool, twin) -> Est
     return Estimator(
         name=name, init=parts.init, assign=assign, loss=parts.loss, all_action=all_action,
         learned=not parts.oracle, exact_model=exact, is_oracle=parts.oracle,
+        reads_agent_state=parts.state_input == "agent_state",
         oracle=None if (parts.oracle or exact is None) else twin,
         hindsight=parts.hindsight, credit_ratio=ratio)
 
@@ -309,6 +330,7 @@ def hca_return(
     return_kind: str = "mc",
     model: Union[str, hm.ReturnHindsightModel] = "mlp",
     model_input: str = "standardised",
+    state_input: str = "observation",
     hidden: tuple = (64,),
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
@@ -342,6 +364,10 @@ def hca_return(
       model_input: what the MLP reads of Z: the batch-"standardised" Z (default), the "centred"
         Z − V(s_t), or "grid", the two-hot encoding of Z on the fixed grid of returns
         (``hindsight_models.two_hot``), the same input for the same Z in every batch.
+      state_input: what the model reads of the step besides Z: the ``"observation"``, or the
+        recurrent policy's state (``"agent_state"``, ``Trajectory.agent_state``; needs
+        ``--policy gru|lstm|lru|rma``), for tasks where the observation hides what the agent
+        knows (the key taken, in key-to-door).
       hidden: MLP widths.
       policy_modulated: logits = stop_gradient(log π) + f_φ, h = π at initialisation.
       num_states: for the tabular model.
@@ -358,7 +384,7 @@ def hca_return(
     if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
         raise ValueError(f"clip must be a positive number or None, got {clip!r}")
     parts = _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
-                   env_params, return_kind, mix, model_input)
+                   env_params, return_kind, mix, model_input, state_input)
 
     def assign(params, trajectory: Trajectory, hparams, key=None) -> Credit:
         del key
@@ -389,6 +415,7 @@ def c2a2c(
     return_kind: str = "mc",
     model: Union[str, hm.ReturnHindsightModel] = "mlp",
     model_input: str = "standardised",
+    state_input: str = "observation",
     hidden: tuple = (64,),
     policy_modulated: bool = True,
     num_states: Optional[int] = None,
@@ -413,8 +440,8 @@ def c2a2c(
     Args:
       gate: "hard" or "soft".
       threshold: δ > 0.
-      mix, return_kind, model, model_input, hidden, policy_modulated, num_states, z_grid,
-        z_range, z_bins, env, env_params: as in :func:`hca_return`.
+      mix, return_kind, model, model_input, state_input, hidden, policy_modulated, num_states,
+        z_grid, z_range, z_bins, env, env_params: as in :func:`hca_return`.
     """
     check_choice("gate", gate, GATES)
     if not (isinstance(threshold, (int, float)) and threshold > 0):
@@ -422,7 +449,7 @@ def c2a2c(
     check_choice("return_kind", return_kind, RETURN_KINDS)
     check_unit("mix", mix)
     parts = _parts(model, hidden, policy_modulated, num_states, z_grid, z_range, z_bins, env,
-                   env_params, return_kind, mix, model_input)
+                   env_params, return_kind, mix, model_input, state_input)
 
     def assign(params, trajectory: Trajectory, hparams, key=None) -> Credit:
         del key
