@@ -457,12 +457,7 @@ def test_purejaxrl_dqn_loads_unedited_through_the_bridge(tmp_path):
     (root / "purejaxrl" / "dqn.py").write_text(textwrap.dedent(FAKE_DQN))
     for name in purejaxrl.FILES:
         (root / "purejaxrl" / name).write_text("")
-    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
-    try:
-        for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "fake"]):
-            subprocess.run([*git, *cmd], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("git is not available")
+    _commit_all(root)
     (tmp_path / "export").mkdir()
     folder = purejaxrl.export_from_git(str(root / ".git"), tmp_path / "export",
                                        files=purejaxrl.FILES + (purejaxrl.DQN_FILE,))
@@ -559,6 +554,16 @@ def test_purejaxrl_continuous_runs_unedited_on_a_gymnax_task(fake_purejaxrl, tmp
     assert np.isnan(bench_races.late_return(np.zeros((4, 2)), np.zeros((4, 2), bool)))
 
 
+def _commit_all(root):
+    """``git init`` in ``root`` and commit everything there (the test skips without git)."""
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    try:
+        for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "fake"]):
+            subprocess.run([*git, *cmd], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git is not available")
+
+
 PQN_CARTPOLE = {"TOTAL_TIMESTEPS": 5e5, "TOTAL_TIMESTEPS_DECAY": 5e5, "NUM_ENVS": 32,
                 "NUM_STEPS": 64, "EPS_START": 1.0, "EPS_FINISH": 0.2, "EPS_DECAY": 0.2,
                 "NUM_MINIBATCHES": 16, "NUM_EPOCHS": 4, "NORM_INPUT": False,
@@ -636,12 +641,7 @@ def test_purejaxql_pqn_loads_unedited_through_the_bridge(tmp_path):
     (root / "purejaxql" / "pqn_gymnax.py").write_text(FAKE_PQN)
     (root / "purejaxql" / "config" / "alg" / "pqn_cartpole.yaml").write_text(
         yaml.safe_dump(PQN_CARTPOLE))
-    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
-    try:
-        for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "fake"]):
-            subprocess.run([*git, *cmd], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("git is not available")
+    _commit_all(root)
     (tmp_path / "export").mkdir()
     pqn, defaults, label = purejaxrl.load_pqn(str(root / ".git"), tmp_path / "export")
     assert defaults["HIDDEN_SIZE"] == 256 and label.startswith("purejaxql ")

@@ -100,6 +100,56 @@ def epsilon_at(update: Array, hparams: Hparams, num_updates: int) -> Array:
         0.0, 1.0 - progress)
 
 
+def episode_metrics(episodes: Any, with_success: bool) -> Metrics:
+    """Means over the training episodes that ended in the window (NaN if none ended): return,
+    length and, on tasks with a goal, the success rate; and their count."""
+    count = episodes.count
+
+    def mean(total):
+        return jnp.where(count > 0, total / count, jnp.nan)
+
+    metrics = {"episode_return": mean(episodes.return_sum),
+               "episode_length": mean(episodes.length_sum), "episodes": count}
+    if with_success:
+        metrics["success_rate"] = mean(episodes.success_count)
+    return metrics
+
+
+def act_epsilon_greedy(env: Any, env_params: Any, network: QNetwork, state: Any,
+                       hparams: Hparams, num_updates: int, key: Array, num_steps: int,
+                       success: Optional[Callable]):
+    """``num_steps`` steps of the state's environments ε-greedy on Q of ``state.agent.params``,
+    ε from the schedule at ``state.update``: ``(runner, trajectory, episodes, ε)``."""
+    epsilon = epsilon_at(state.update, hparams, num_updates)
+
+    def policy(obs):
+        return epsilon_greedy_logits(network.apply(state.agent.params, obs), epsilon)
+
+    runner, traj, episodes = rollout(env, env_params, memoryless(policy), state.runner, key,
+                                     num_steps, None, success)
+    return runner, traj, episodes, epsilon
+
+
+def q_evaluation(env: Any, env_params: Any, network: QNetwork, episodes: int, max_steps: int,
+                 success: Optional[Callable]) -> Callable:
+    """``evaluate(state, hparams)`` of a Q-learning engine (DQN, PQN): ``episodes`` episodes
+    ε-greedy with ε = ``EVAL_EPSILON`` (``eval/return``) and as many greedy, from the state's
+    ``agent.params``, ``eval_key`` and ``update``."""
+
+    def evaluate(state: Any, hparams: Hparams) -> Metrics:
+        del hparams
+        key = jax.random.fold_in(state.eval_key, state.update)
+
+        def policy(obs):
+            return epsilon_greedy_logits(network.apply(state.agent.params, obs), EVAL_EPSILON)
+
+        played = play_episodes(env, env_params, memoryless(policy), key, episodes, max_steps,
+                               success)
+        return {f"eval/{k}": jnp.asarray(v, jnp.float32) for k, v in played.items()}
+
+    return evaluate
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class DQNEngine(EngineRuns):
     """The pure functions of one off-policy configuration (module docstring).
@@ -228,13 +278,8 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
 
     def update_step(state: DQNState, hparams: Hparams) -> tuple[DQNState, Metrics]:
         key, act_key, learn_key = jax.random.split(state.key, 3)
-        epsilon = epsilon_at(state.update, hparams, U)
-
-        def policy(obs):
-            return epsilon_greedy_logits(network.apply(state.agent.params, obs), epsilon)
-
-        runner, tr, episodes = rollout(env, env_params, memoryless(policy), state.runner,
-                                       act_key, T, None, success)
+        runner, tr, episodes, epsilon = act_epsilon_greedy(
+            env, env_params, network, state, hparams, U, act_key, T, success)
         stored = replay.add(state.replay, Step(
             obs=tr.obs, action=tr.action.astype(jnp.int32), reward=tr.reward,
             terminated=tr.terminated, truncated=tr.truncated, next_obs=tr.next_obs,
@@ -263,29 +308,13 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
             refresh, lambda: optax.incremental_update(agent.params, state.target_params,
                                                       hparams.tau),
             lambda: state.target_params)
-        count = episodes.count
-        metrics.update({
-            "episode_return": jnp.where(count > 0, episodes.return_sum / count, jnp.nan),
-            "episode_length": jnp.where(count > 0, episodes.length_sum / count, jnp.nan),
-            "episodes": count, "epsilon": epsilon, "lr": lr,
-            "learning": ready.astype(jnp.float32),
-        })
-        if success is not None:
-            metrics["success_rate"] = jnp.where(count > 0, episodes.success_count / count,
-                                                jnp.nan)
+        metrics.update(episode_metrics(episodes, success is not None), epsilon=epsilon, lr=lr,
+                       learning=ready.astype(jnp.float32))
         state = state.replace(agent=agent, target_params=target, key=key, update=update)
         return state, metrics
 
-    def evaluate(state: DQNState, hparams: Hparams) -> Metrics:
-        del hparams
-        key = jax.random.fold_in(state.eval_key, state.update)
-
-        def policy(obs):
-            return epsilon_greedy_logits(network.apply(state.agent.params, obs), EVAL_EPSILON)
-
-        played = play_episodes(env, env_params, memoryless(policy), key,
-                               config.evaluation.episodes, eval_steps, success)
-        return {f"eval/{k}": jnp.asarray(v, jnp.float32) for k, v in played.items()}
+    evaluate = q_evaluation(env, env_params, network, config.evaluation.episodes, eval_steps,
+                            success)
 
     return DQNEngine(config=config, env=env, env_params=env_params, network=network,
                      relabeller=relabeller, replay=replay, anchor=anchor, init=init,

@@ -36,9 +36,8 @@ import optax
 from flax import struct
 
 from jaxcredit.agents.config import Hparams, TrainConfig
-from jaxcredit.agents.dqn import EVAL_EPSILON, epsilon_at, epsilon_greedy_logits
-from jaxcredit.agents.evaluation import play_episodes
-from jaxcredit.agents.rollout import EnvRunner, memoryless, reset_runner, rollout
+from jaxcredit.agents.dqn import act_epsilon_greedy, episode_metrics, q_evaluation
+from jaxcredit.agents.rollout import EnvRunner, reset_runner
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
                                    episode_horizon, make_environment, strong)
 from jaxcredit.agents.state import AgentState
@@ -120,13 +119,8 @@ def make_pqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
 
     def update_step(state: PQNState, hparams: Hparams) -> tuple[PQNState, Metrics]:
         key, act_key, learn_key = jax.random.split(state.key, 3)
-        epsilon = epsilon_at(state.update, hparams, U)
-
-        def policy(obs):
-            return epsilon_greedy_logits(network.apply(state.agent.params, obs), epsilon)
-
-        runner, tr, episodes = rollout(env, env_params, memoryless(policy), state.runner,
-                                       act_key, T, None, success)
+        runner, tr, episodes, epsilon = act_epsilon_greedy(
+            env, env_params, network, state, hparams, U, act_key, T, success)
         reward = tr.reward * off.reward_scale
         q_next = network.apply(state.agent.params, tr.next_obs)
         target = peng_q_lambda_targets(reward, tr.terminated, tr.truncated, q_next,
@@ -144,28 +138,13 @@ def make_pqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
 
         agent, metrics = jax.lax.scan(epoch, state.agent, jax.random.split(learn_key, E))
         metrics = jax.tree.map(jnp.mean, metrics)
-        count = episodes.count
-        metrics.update({
-            "episode_return": jnp.where(count > 0, episodes.return_sum / count, jnp.nan),
-            "episode_length": jnp.where(count > 0, episodes.length_sum / count, jnp.nan),
-            "episodes": count, "epsilon": epsilon, "lr": lr,
-            "target_mean": jnp.mean(target)})
-        if success is not None:
-            metrics["success_rate"] = jnp.where(count > 0, episodes.success_count / count,
-                                                jnp.nan)
+        metrics.update(episode_metrics(episodes, success is not None), epsilon=epsilon, lr=lr,
+                       target_mean=jnp.mean(target))
         return state.replace(agent=agent, runner=runner, key=key,
                              update=state.update + 1), metrics
 
-    def evaluate(state: PQNState, hparams: Hparams) -> Metrics:
-        del hparams
-        key = jax.random.fold_in(state.eval_key, state.update)
-
-        def policy(obs):
-            return epsilon_greedy_logits(network.apply(state.agent.params, obs), EVAL_EPSILON)
-
-        played = play_episodes(env, env_params, memoryless(policy), key,
-                               config.evaluation.episodes, eval_steps, success)
-        return {f"eval/{k}": jnp.asarray(v, jnp.float32) for k, v in played.items()}
+    evaluate = q_evaluation(env, env_params, network, config.evaluation.episodes, eval_steps,
+                            success)
 
     return PQNEngine(config=config, env=env, env_params=env_params, network=network, init=init,
                      update_step=update_step, evaluate=evaluate)

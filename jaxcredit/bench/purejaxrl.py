@@ -284,16 +284,21 @@ def export_from_git(git_dir: str, workdir: pathlib.Path, rev: str = "HEAD",
     """Writes ``purejaxrl/<files>`` of ``rev`` of a (bare) git directory into ``workdir``;
     returns the folder holding them."""
     for name in files:
-        try:
-            text = subprocess.run(
-                ["git", "--git-dir", git_dir, "show", f"{rev}:purejaxrl/{name}"],
-                check=True, capture_output=True, text=True).stdout
-        except (subprocess.CalledProcessError, OSError) as err:
-            detail = getattr(err, "stderr", "") or str(err)
-            raise ValueError(f"--purejaxrl-git {git_dir}: cannot read purejaxrl/{name} at "
-                             f"{rev}: {' '.join(detail.split())}") from None
-        (workdir / name).write_text(text)
+        (workdir / name).write_text(git_show(git_dir, rev, f"purejaxrl/{name}",
+                                             "--purejaxrl-git"))
     return workdir
+
+
+def git_show(git_dir: str, rev: str, path: str, flag: str) -> str:
+    """The text of ``path`` at ``rev`` of a (bare) git directory; a one-line ValueError naming
+    ``flag`` where it cannot be read."""
+    try:
+        return subprocess.run(["git", "--git-dir", git_dir, "show", f"{rev}:{path}"],
+                              check=True, capture_output=True, text=True).stdout
+    except (subprocess.CalledProcessError, OSError) as err:
+        detail = getattr(err, "stderr", "") or str(err)
+        raise ValueError(f"{flag} {git_dir}: cannot read {path} at {rev}: "
+                         f"{' '.join(detail.split())}") from None
 
 
 def source_folder(checkout: str) -> pathlib.Path:
@@ -408,16 +413,8 @@ def load_pqn(git_dir: str, workdir: pathlib.Path, rev: str = "HEAD"
     """
     import yaml  # noqa: PLC0415 (only this race reads YAML)
 
-    texts = {}
-    for name in (PQN_FILE, PQN_CONFIG):
-        try:
-            texts[name] = subprocess.run(
-                ["git", "--git-dir", git_dir, "show", f"{rev}:{name}"],
-                check=True, capture_output=True, text=True).stdout
-        except (subprocess.CalledProcessError, OSError) as err:
-            detail = getattr(err, "stderr", "") or str(err)
-            raise ValueError(f"--purejaxql-git {git_dir}: cannot read {name} at {rev}: "
-                             f"{' '.join(detail.split())}") from None
+    texts = {name: git_show(git_dir, rev, name, "--purejaxql-git")
+             for name in (PQN_FILE, PQN_CONFIG)}
     path = workdir / "pqn_gymnax.py"
     path.write_text(texts[PQN_FILE])
     hydra = types.ModuleType("hydra")

@@ -213,11 +213,16 @@ def dqn_races(args: Any, rivals: Rivals, repeats: int) -> list[dict]:
                                                               seeds),), steps)
         cases = [engine_case("jaxcredit dqn", current, fields, hparams, seeds), theirs]
         name = f"DQN {PPO_ENV}, {fields['num_envs']} envs, {total:,} steps, {seeds} seed(s)"
-        result = race_result(name, race(cases, repeats, args.seed))
-        result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
-            result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
-        results.append(result)
+        results.append(pair_race(name, cases, repeats, args.seed))
     return results
+
+
+def pair_race(name: str, cases: list[Case], repeats: int, seed: int) -> dict:
+    """The race of jaxcredit's case against one rival, with the SPS ratio of the two."""
+    result = race_result(name, race(cases, repeats, seed))
+    result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
+        result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
+    return result
 
 
 def pqn_fields(defaults: dict) -> tuple[dict, dict]:
@@ -260,10 +265,7 @@ def pqn_race(args: Any, rivals: Rivals, repeats: int) -> dict:
                           steps)]
     name = (f"PQN {fields['env']}, {fields['num_envs']} envs × {fields['num_steps']} steps, "
             f"{fields['total_timesteps']:,} steps")
-    result = race_result(name, race(cases, repeats, args.seed))
-    result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
-        result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
-    return result
+    return pair_race(name, cases, repeats, args.seed)
 
 
 def rnn_fields(defaults: dict) -> dict:
@@ -293,10 +295,7 @@ def rnn_race(args: Any, rivals: Rivals, repeats: int) -> dict:
                             fields["num_envs"], fields["total_timesteps"])]
     name = (f"recurrent PPO+GAE {fields['env']}, {fields['num_envs']} envs, GRU 128, "
             f"{fields['total_timesteps']:,} steps")
-    result = race_result(name, race(cases, repeats, args.seed))
-    result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
-        result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
-    return result
+    return pair_race(name, cases, repeats, args.seed)
 
 
 def continuous_size(args: Any, defaults: dict) -> tuple[int, int]:
@@ -366,9 +365,7 @@ def continuous_race(args: Any, rivals: Rivals, repeats: int) -> dict:
             f"{width} {fields['activation']}, {total:,} steps (PureJaxRL's own: "
             f"{int(rivals.continuous_defaults['NUM_ENVS'])} envs, "
             f"{int(rivals.continuous_defaults['TOTAL_TIMESTEPS']):,} steps)")
-    result = race_result(name, race(cases, repeats, args.seed))
-    result["ratios"] = {f"jaxcredit/{cases[1].label}": round(
-        result["cases"][0]["sps"] / result["cases"][1]["sps"], 3)}
+    result = pair_race(name, cases, repeats, args.seed)
     result["score"] = "mean return of the episodes that ended in the last tenth of each run"
     return result
 
