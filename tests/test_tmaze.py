@@ -91,3 +91,73 @@ def test_bad_sizes_are_refused():
         TMaze(corridor_length=0)
     with pytest.raises(ValueError, match="active"):
         TMaze(active=2)
+
+
+@pytest.mark.parametrize("active", [0, 1])
+def test_the_tabular_mdp_is_the_environment_step_for_step(active):
+    """Random episodes of the environment: at every step the tabular MDP's next state (of the
+    state index) is the index of the environment's next state, its reward the environment's
+    reward, its observation the environment's, and a state is terminal exactly at the end."""
+    env = TMaze(corridor_length=3, active=active)
+    params = env.default_params
+    mdp = env.tabular_mdp(params)
+    step = jax.jit(env.step_env)
+    for seed in range(6):
+        key = jax.random.PRNGKey(seed)
+        obs, state = env.reset_env(key, params)
+        for t in range(env.episode_length):
+            key, act_key = jax.random.split(key)
+            action = int(jax.random.randint(act_key, (), 0, 4))
+            index = int(env.state_index(state))
+            np.testing.assert_allclose(mdp.observation[index], obs, atol=1e-6)
+            assert not bool(mdp.terminal[index])
+            obs, state, reward, done, _ = step(key, state, action, params)
+            nxt = int(np.argmax(mdp.transition[index, action]))
+            assert nxt == int(env.state_index(state)), (seed, t)
+            assert float(mdp.reward[index, action]) == pytest.approx(float(reward), abs=1e-6)
+            assert bool(mdp.terminal[nxt]) == bool(done)
+
+
+def test_exact_returns_of_memoryless_policies():
+    """Passive, L = 3 (episodes of 4 steps, penalty −1/3): walking right then turning up at the
+    junction is worth exactly 1/2 (the cue's arm half of the time, never behind schedule); the
+    uniform policy's exact return equals its Monte-Carlo estimate."""
+    from jaxcredit.exact import tabular
+
+    env = TMaze(corridor_length=3)
+    params = env.default_params
+    mdp = env.tabular_mdp(params)
+    obs = np.asarray(mdp.observation)
+    at_junction = obs[:, 0] > 0.5
+    pi = np.zeros((env.num_states, 4), np.float32)
+    pi[:, 0] = ~at_junction  # right in the corridor
+    pi[:, 1] = at_junction  # up at the junction (a policy of the observation)
+    values = tabular.finite_horizon_values(mdp, jnp.asarray(pi), env.episode_length)
+    assert float(mdp.initial @ values) == pytest.approx(0.5, abs=1e-6)
+    uniform = tabular.uniform_policy(mdp)
+    exact = float(mdp.initial @ tabular.finite_horizon_values(mdp, uniform, env.episode_length))
+
+    def episode(key):
+        key, reset_key = jax.random.split(key)
+        _, state = env.reset_env(reset_key, params)
+
+        def one(carry, k):
+            state, total = carry
+            a = jax.random.randint(k, (), 0, 4)
+            _, state, r, _, _ = env.step_env(k, state, a, params)
+            return (state, total + r), None
+
+        (_, total), _ = jax.lax.scan(one, (state, 0.0), jax.random.split(key, env.episode_length))
+        return total
+
+    sampled = jax.jit(jax.vmap(episode))(jax.random.split(jax.random.PRNGKey(0), 20_000))
+    assert float(sampled.mean()) == pytest.approx(exact, abs=4 * float(sampled.std()) / 141)
+
+
+def test_ground_truth_only_where_small():
+    from jaxcredit.envs.tmaze import MAX_TABULAR_STATES
+    from jaxcredit.exact.tabular import has_ground_truth
+
+    assert has_ground_truth(TMaze(13)) and TMaze(13).num_states <= MAX_TABULAR_STATES
+    assert has_ground_truth(TMaze(12, active=1))
+    assert not has_ground_truth(TMaze(14)) and not has_ground_truth(TMaze(13, active=1))

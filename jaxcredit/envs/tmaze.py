@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from gymnax.environments import environment
 
 from jaxcredit.envs.base import DiscreteEnv
+from jaxcredit.envs.tabular_env import TabularEnv
 
 Array = jax.Array
+
+# Exact ground truth only where small: its [S, A, S] transition tensor and the DP over it grow
+# with S², and S grows with L² (the time is part of the state).
+MAX_TABULAR_STATES = 1024
 
 # The four moves (x, y): right, up, left, down, as the official action mapping.
 MOVES = jnp.array([[1, 0], [0, 1], [-1, 0], [0, -1]], jnp.int32)
@@ -37,7 +43,7 @@ class TMazeParams(environment.EnvParams):
     max_steps_in_episode: int = 11
 
 
-class TMaze(DiscreteEnv):
+class TMaze(TabularEnv, DiscreteEnv):
     """A corridor of ``corridor_length`` cells between a cue and a junction; the cue says which
     arm pays at the end (Ni et al. 2023's T-Maze).
 
@@ -59,6 +65,12 @@ class TMaze(DiscreteEnv):
     the active one (the step back to the cue pays only at the end). Optimal return 1 (the cue's
     arm, never behind schedule); a memoryless policy that walks straight to the junction turns
     the right way half of the time: return 0.5.
+
+    Exact ground truth (:class:`~jaxcredit.envs.tabular_env.TabularEnv`): the state is (cell,
+    cue, seen, time), (L + 2o + 3) · 2 · 2 · (episode length + 1) tabular states; the
+    observation function aliases them (every corridor cell looks alike), so the exact values are
+    those of a policy of the observation (a memoryless one) on the true states. Only where small:
+    up to ``MAX_TABULAR_STATES`` states (passive L ≤ 13, active L ≤ 12); a longer maze has none.
     """
 
     num_actions = 4
@@ -71,6 +83,8 @@ class TMaze(DiscreteEnv):
         if int(active) not in (0, 1):
             raise ValueError(f"TMaze active must be 0 (passive) or 1 (active), got {active}")
         self.corridor_length, self.oracle_length = int(corridor_length), int(active)
+        if self.num_states > MAX_TABULAR_STATES:  # no ground truth (has_ground_truth: False)
+            self.tabular_mdp = self.state_index = None
 
     @property
     def name(self) -> str:
@@ -118,6 +132,78 @@ class TMaze(DiscreteEnv):
         value = jnp.where(cue, state.goal, jnp.where(state.x == junction, state.y, 0))
         return jnp.stack([(state.x == junction).astype(jnp.float32),
                           (value.astype(jnp.float32) + 1.0) / 2.0])
+
+    # ---- exact ground truth --------------------------------------------------------------
+
+    @property
+    def num_states(self) -> int:
+        return self._num_cells * 2 * 2 * (self.episode_length + 1)
+
+    @property
+    def _num_cells(self) -> int:  # the corridor's cells and the two arms
+        return self.oracle_length + self.corridor_length + 3
+
+    def _cell(self, x, y):
+        junction = self.oracle_length + self.corridor_length
+        return jnp.where(y == 0, x, jnp.where(y > 0, junction + 1, junction + 2))
+
+    def state_index(self, state) -> Array:
+        """(cell, cue, seen, time) in row-major order."""
+        cell = self._cell(state.x, state.y)
+        index = (cell * 2 + (state.goal > 0).astype(jnp.int32)) * 2 + state.seen.astype(
+            jnp.int32)
+        return (index * (self.episode_length + 1) + jnp.minimum(state.time, self.episode_length)
+                ).astype(jnp.int32)
+
+    def _decode_all(self) -> dict:
+        """Every tabular state's fields, in index order (plain numpy)."""
+        junction = self.oracle_length + self.corridor_length
+        cells = [(x, 0) for x in range(junction + 1)] + [(junction, 1), (junction, -1)]
+        fields = {"x": [], "y": [], "goal": [], "seen": [], "time": []}
+        for x, y in cells:
+            for goal in (-1, 1):
+                for seen in (0, 1):
+                    for time in range(self.episode_length + 1):
+                        for name, value in zip(fields, (x, y, goal, seen, time)):
+                            fields[name].append(value)
+        return {k: np.asarray(v, np.int32) for k, v in fields.items()}
+
+    def _tabular_structure(self):
+        """``(next index [S, A], goal reached [S, A], behind schedule [S, A])``, built in numpy
+        from the maze's rules, independently of ``step_env``."""
+        f, junction = self._decode_all(), self.oracle_length + self.corridor_length
+        moves = np.asarray(MOVES)
+        x = f["x"][:, None] + moves[None, :, 0]
+        y = f["y"][:, None] + moves[None, :, 1]
+        valid = ((y == 0) & (x >= 0) & (x <= junction)) | ((x == junction) & (np.abs(y) == 1))
+        x, y = np.where(valid, x, f["x"][:, None]), np.where(valid, y, f["y"][:, None])
+        time = np.minimum(f["time"] + 1, self.episode_length)[:, None] + 0 * x
+        seen = (f["seen"] | (f["x"] == 0))[:, None] + 0 * x
+        cell = np.where(y == 0, x, np.where(y > 0, junction + 1, junction + 2))
+        goal = f["goal"][:, None] + 0 * x
+        index = (((cell * 2 + (goal > 0)) * 2 + seen) * (self.episode_length + 1) + time)
+        done = time >= self.episode_length
+        reached = done & (y == goal)
+        behind = ~done & (x < time - self.oracle_length)
+        return index.astype(np.int32), reached, behind
+
+    def _tabular_arrays(self, params=None) -> dict:
+        params = self.default_params if params is None else params
+        f = self._decode_all()
+        index, reached, behind = self._tabular_structure()
+        initial = ((f["x"] == self.oracle_length) & (f["y"] == 0) & (f["seen"] == 0)
+                   & (f["time"] == 0)).astype(np.float32)
+        states = TMazeState(x=jnp.asarray(f["x"]), y=jnp.asarray(f["y"]),
+                            goal=jnp.asarray(f["goal"]), seen=jnp.asarray(f["seen"], bool),
+                            time=jnp.asarray(f["time"]))
+        return {
+            "transition": jax.nn.one_hot(index, self.num_states, dtype=jnp.float32),
+            "transition_reward": params.goal_reward * jnp.asarray(reached, jnp.float32)
+            + params.penalty * jnp.asarray(behind, jnp.float32),
+            "initial": jnp.asarray(initial / initial.sum()),
+            "terminal": jnp.asarray(f["time"] >= self.episode_length),
+            "observation": jax.vmap(self.get_obs)(states),
+        }
 
     def episode_success(self, obs: Array, next_obs: Array, reward: Array) -> Array:
         """The episode ended on the cue's arm: its last step paid the (positive) goal reward,
