@@ -90,7 +90,7 @@ class AgentNetwork:
     def values(self, params: Any, memory: Any, obs: Array, first: Array, next_obs: Array
                ) -> tuple[Array, Array]:
         """``(V(s_t), V(s'_{t+1}))`` over a window, each ``[T, B]``."""
-        value, next_value, _ = self.window(params, memory, obs, first, next_obs)
+        value, next_value, _, _ = self.window(params, memory, obs, first, next_obs)
         return value, next_value
 
     @property
