@@ -3,7 +3,8 @@
 Names are those of gymnax (``CartPole-v1``, ``Catch-bsuite``, ``Breakout-MinAtar`` ...) and of
 jaxcredit (``Shortcut``, ``DelayedEffect``, ``AmbiguousBandit``, ``KeyToDoor``,
 ``TaskInterleaving``, ``TreeMDP``, ``GridWorld-v1/v2``, ``DelayedGridWorld-v1/v2``, ``BitFlip``,
-``GoalGrid``, ``ArithmeticChain``, ``CommandChain``, ``ChainAndSplit``, ``TMaze``,
+``GoalGrid``, ``ArithmeticChain``, ``CommandChain``, ``ChainAndSplit``, ``AccumulatedCharge``,
+``KeyToDoorDistractors``, ``TMaze``,
 ``VisualMatch``, ``MemoryKeyToDoor``, ``DelayedCatch``) and Brax's continuous-control tasks as
 ``brax/<task>`` (``brax/hopper``, ``brax/halfcheetah``, ...; ``jaxcredit[control]``).
 jaxcredit environments are imported lazily, by ``"module:Class"`` path.
@@ -59,6 +60,8 @@ _JAXCREDIT_ENVS: dict[str, _Entry] = {
     "CommandChain": _Entry("jaxcredit.envs.command_chain:CommandChain"),
     "GoalGrid": _Entry("jaxcredit.envs.goal_grid:GoalGrid"),
     "ChainAndSplit": _Entry("jaxcredit.envs.chain_and_split:ChainAndSplit"),
+    "AccumulatedCharge": _Entry("jaxcredit.envs.chunktd_tasks:AccumulatedCharge"),
+    "KeyToDoorDistractors": _Entry("jaxcredit.envs.chunktd_tasks:KeyToDoorDistractors"),
     "TMaze": _Entry("jaxcredit.envs.tmaze:TMaze"),
     "XMiniGrid": _Entry("jaxcredit.envs.xminigrid_env:XMiniGrid"),
     "VisualMatch": _Entry("jaxcredit.envs.visual_match:VisualMatch"),

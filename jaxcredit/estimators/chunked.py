@@ -30,11 +30,14 @@ Models (``model``):
   from the transitions seen before it (the official code counts each transition just before
   using it); an (s, a) never seen has p̂ = 0, i.e. bootstraps.
 * ``"oracle"``: the exact P(s′ | s, a) of the tabular MDP (``exact_model = "transition"``).
+* ``"features"``: the official categorical network, one categorical per feature of the
+  transition (``jaxcredit.estimators.chunked_features``), for environments too large for a
+  table that say how a transition reads feature by feature (``transition_code``); with
+  ``lambdas="vector"``, one λ per reward feature (the paper's C-factored learner).
 
 Where the window does not hold s_{t+1} (the step is a time-out, or the window's last step), the
 next state's index is unknown and ℓ_t = 0: the step before it bootstraps one step early. The
-official categorical network per observation feature, the vector λ for factored rewards and the
-paper's tasks are not here yet (docs/estimators.md).
+feature model reads the final observation that the window keeps, so it has ℓ_t at every step.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxcredit.estimators import chunked_features as cf
 from jaxcredit.estimators import returns
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.estimators.hca_return import behaviour_policy, check_choice
@@ -53,7 +57,7 @@ from jaxcredit.types import Credit, Trajectory
 Array = jax.Array
 
 FORMS = ("sampled", "expected")
-MODELS = ("counts", "oracle")
+MODELS = ("counts", "oracle", "features")
 
 
 def next_state_index(trajectory: Trajectory, num_states: int) -> tuple[Array, Array]:
@@ -114,18 +118,27 @@ def chunked_advantages(p_next: Array, trajectory: Trajectory, gamma: Any,
     return advantage, targets, lam
 
 
-def chunked(form: str = "sampled", model: str = "counts", env: Any = None,
-            env_params: Any = None) -> Estimator:
+def chunked(form: str = "sampled", model: str = "counts", lambdas: str = "scalar",
+            hidden: int = 128, env: Any = None, env_params: Any = None) -> Estimator:
     """Chunked-TD advantages and value targets (module docstring).
 
     Args:
       form: "sampled" (Chunked SARSA's λ) or "expected" (Chunked expected SARSA's).
-      model: "counts" (fitted transition counts) or "oracle" (the exact transition model).
+      model: "counts" (fitted transition counts), "oracle" (the exact transition model) or
+        "features" (a network with one categorical per transition feature).
+      lambdas: "scalar" (one λ per step) or "vector" (one per reward feature; model=features).
+      hidden: the width of the feature model's two tanh layers (model=features).
       env, env_params: supplied by the engine; the environment must have a tabular state index
-        and MDP (``jaxcredit.exact.tabular.has_ground_truth``), which sizes the count table.
+        and MDP (``jaxcredit.exact.tabular.has_ground_truth``), which sizes the count table, or
+        for model=features say how its transitions read (``transition_code``).
     """
     check_choice("form", form, FORMS)
     check_choice("model", model, MODELS)
+    check_choice("lambdas", lambdas, cf.LAMBDAS)
+    if lambdas == "vector" and model != "features":
+        raise ValueError("chunked lambdas=vector needs model=features (a λ per reward feature)")
+    if model == "features":
+        return _chunked_features(form, lambdas, hidden, env, env_params)
     if env is None or not has_ground_truth(env):
         raise ValueError("chunked needs an environment with a tabular state index and MDP "
                          "(its transition model is a table over the states)")
@@ -158,3 +171,36 @@ def chunked(form: str = "sampled", model: str = "counts", env: Any = None,
                      exact_model="transition",
                      oracle=lambda: chunked(form=form, model="oracle", env=env,
                                             env_params=env_params))
+
+
+def _chunked_features(form: str, lambdas: str, hidden: int, env: Any,
+                      env_params: Any) -> Estimator:
+    """``chunked model=features``: the fitted feature model (``chunked_features``)."""
+    if hidden < 1:
+        raise ValueError(f"chunked hidden must be >= 1, got {hidden}")
+    factored = cf.factored_env(env, need_rewards=lambdas == "vector")
+    categories = tuple(int(c) for c in factored.transition_categories)
+    num_actions = int(env.action_space(env_params).n)
+    components = len(categories) + 1 if lambdas == "vector" else 0
+    model = cf.FeatureModel(categories, num_actions, hidden, components)
+
+    def init(key: Array, example: Trajectory) -> Any:
+        return model.init(key, example.obs[0], example.action[0],
+                          method=cf.FeatureModel.initialise)
+
+    def assign(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> Credit:
+        del key
+        pi, _ = behaviour_policy(trajectory)
+        advantage, targets, lam = cf.feature_credit(model, params, factored, trajectory, pi,
+                                                    hparams.gamma, form, lambdas)
+        return Credit(advantage=advantage, value_target=targets,
+                      diagnostics={"advantage_mean": advantage.mean(),
+                                   "advantage_std": advantage.std(), "lambda_mean": lam.mean()})
+
+    def loss(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> tuple[Array, dict]:
+        del key
+        pi, _ = behaviour_policy(trajectory)
+        return cf.feature_loss(model, params, factored, trajectory, pi, hparams.gamma, form,
+                               lambdas)
+
+    return Estimator(name="chunked", assign=assign, init=init, loss=loss, learned=True)
