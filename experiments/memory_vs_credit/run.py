@@ -98,6 +98,10 @@ SIZES = {
                      policies=("mlp", "gru"), num_envs=4, num_steps=128, hparams=ENTROPY),
     "cpu": dict(timesteps=500_000, seeds=4, passive=(5, 10, 20, 40), active=(5, 10, 20),
                 policies=POLICIES, num_envs=16, num_steps=64, hparams=ENTROPY),
+    # The same budget per run, 8 seeds, corridors up to Ni et al.'s 250-step range.
+    "cpu-long": dict(timesteps=500_000, seeds=8, passive=(5, 10, 20, 40, 100, 250),
+                     active=(5, 20, 100, 250), policies=POLICIES, num_envs=16, num_steps=64,
+                     hparams=ENTROPY),
     # Whole 60-step episodes per window: RUDDER and hca_return read whole episodes.
     "ktd-smoke": dict(timesteps=16 * 60 * 4, seeds=2, passive=(), active=(), policies=(),
                       num_envs=16, num_steps=60, hparams=ENTROPY,
@@ -121,7 +125,7 @@ class Args(X.OutputArgs):
     docstring)."""
 
     size: str = "cpu"
-    """smoke | done | done-ent | cpu | ktd-smoke | ktd-cpu | tvt-smoke | tvt-cpu"""
+    """smoke | done | done-ent | cpu | cpu-long | ktd-smoke | ktd-cpu | tvt-smoke | tvt-cpu"""
     seeds: Optional[int] = None
     """seeds per run (default: the size's)"""
     policies: tuple[str, ...] = ()
