@@ -106,6 +106,44 @@ def test_key_to_door_with_distractors_follows_the_official_rules():
     assert outcomes == {(0, 1): 1, (0, 0): 0, (1, 1): 0, (1, 0): 0}
 
 
+@pytest.mark.parametrize("name,options", [
+    ("AccumulatedCharge", dict(horizon=20, points=4, p_charged=0.3, points_seed=3)),
+    ("KeyToDoorDistractors", dict(num_steps=5, num_distractors=2)),
+])
+def test_exact_feature_law_agrees_with_the_dynamics(name, options):
+    """Every transition the environment makes has positive probability under its
+    ``transition_law``, probability 1 where the feature is deterministic; each law sums to 1;
+    the charge's law at an accumulation time is the Binomial pmf."""
+    env, params = envs.make(name, **options)
+    for first in (0, 1):
+        length = 21 if name == "AccumulatedCharge" else 5  # one whole episode
+        actions = ([first, 1, 0, 1, 0] * 5)[:length]
+        rows = _play(env, params, jax.random.key(first), actions)
+        assert rows[-1][3] and not any(row[3] for row in rows[:-1])
+        random_entries = 0
+        for (obs, nobs, *_), a in zip(rows, actions):
+            law = np.asarray(env.transition_law(obs, jnp.asarray(a)))
+            random_entries += int((law.max(-1) < 1.0).sum())
+            np.testing.assert_allclose(law.sum(-1), 1.0, rtol=1e-5)
+            code = np.asarray(env.transition_code(obs, nobs))
+            p = law[np.arange(len(code)), code]
+            assert (p > 0).all()
+            deterministic = law.max(-1) == 1.0
+            np.testing.assert_allclose(p[deterministic], 1.0)
+        # By hand: the only random features are the charge at its 4 times (Accumulated-Charge)
+        # and the 2 coins on the steps before the last, 4 × 2 (key-to-door).
+        assert random_entries == (4 if name == "AccumulatedCharge" else 8)
+    if name == "AccumulatedCharge":
+        from scipy.stats import binom  # noqa: PLC0415
+        t = int(env.point_times[0])
+        law = np.asarray(env.transition_law(jnp.asarray([1.0, 0.0, t / 21.0]), jnp.asarray(0)))
+        np.testing.assert_allclose(law[1, :6], binom.pmf(np.arange(6), 5, 0.3), rtol=1e-5)
+        between = next(u for u in range(1, 20) if u not in env.point_times)
+        law = np.asarray(env.transition_law(jnp.asarray([1.0, 0.0, between / 21.0]),
+                                            jnp.asarray(0)))
+        np.testing.assert_allclose(law[1], np.eye(6)[0])
+
+
 # -- the credit against a float64 loop ----------------------------------------------------------
 
 
@@ -290,21 +328,29 @@ def test_refusals_name_what_is_missing():
         make_estimator("chunked", env=cartpole, env_params=cartpole_params, model="features")
 
 
-@pytest.mark.parametrize("env,options", [
-    ("AccumulatedCharge", ["horizon=12", "points=3"]),
-    ("KeyToDoorDistractors", ["num_steps=6"]),
+@pytest.mark.parametrize("env,options,model", [
+    ("AccumulatedCharge", ["horizon=12", "points=3"], "features"),
+    ("KeyToDoorDistractors", ["num_steps=6"], "features"),
+    ("KeyToDoorDistractors", ["num_steps=6"], "feature_oracle"),
 ])
-def test_feature_model_trains_from_the_command_line(tmp_path, env, options):
+def test_feature_model_trains_from_the_command_line(tmp_path, env, options, model):
     lambdas = "vector" if env == "KeyToDoorDistractors" else "scalar"
     argv = ["train", "--algo", "a2c", "--env", env, "--env-option", *options,
-            "--estimator", "chunked", "--estimator-option", "form=expected", "model=features",
+            "--estimator", "chunked", "--estimator-option", "form=expected", f"model={model}",
             f"lambdas={lambdas}", "--num-envs", "4", "--num-steps", "13", "--total-timesteps",
             str(4 * 13 * 6), "--hidden-sizes", "8", "8", "--eval-every", "3",
             "--eval-episodes", "4", "--out", str(tmp_path), "--no-progress"]
     assert cli.main(argv) == 0
     metrics = runlog.read_metrics(tmp_path)
-    nll = np.asarray(metrics["estimator/model_nll"]).ravel()
-    assert np.isfinite(nll).all() and nll[-1] < nll[0]  # the model is being fitted
+    if model == "features":
+        nll = np.asarray(metrics["estimator/model_nll"]).ravel()
+        assert np.isfinite(nll).all() and nll[-1] < nll[0]  # the model is being fitted
+        # ... and scored against the environment's exact per-feature law on the same window
+        error = np.asarray(metrics["credit/lambda_error_to_exact"]).ravel()
+        assert np.isfinite(error).all() and (error > 0).all()
+        assert np.isfinite(np.asarray(metrics["credit/advantage_rmse_to_exact"])).all()
+    else:
+        assert "estimator/model_nll" not in metrics
     lam = np.asarray(metrics["credit/lambda_mean"]).ravel()
     assert ((lam > 0) & (lam < 1)).all()
     assert np.isfinite(np.asarray(metrics["eval/success_rate"], float)).any()

@@ -44,7 +44,12 @@ CHUNKED = {"chunked expected": (("form", "expected"),),
            # scalar λ (the paper's C-default) and one λ per reward feature (C-factored).
            "chunked features": (("form", "expected"), ("model", "features")),
            "chunked features, vector λ": (("form", "expected"), ("model", "features"),
-                                          ("lambdas", "vector"))}
+                                          ("lambdas", "vector")),
+           # The environment's exact per-feature law in the model's place (the oracle).
+           "chunked feature oracle": (("form", "expected"), ("model", "feature_oracle")),
+           "chunked feature oracle, vector λ": (("form", "expected"),
+                                                ("model", "feature_oracle"),
+                                                ("lambdas", "vector"))}
 # The meta-gradient's λ (Xu et al. 2018; --meta-gradient lambda): (start, meta rate). The rate
 # 1e-2 was set before the runs; at it λ hardly moves in 150 updates, so 0.1 was run after.
 META = {"meta λ from 0.5": (0.5, 1e-2), "meta λ from 0.95": (0.95, 1e-2),
@@ -98,7 +103,9 @@ SIZES = {
     "chunktd-tasks": dict(updates=400, seeds=16, tasks=("AccumulatedCharge",
                                                         "KeyToDoorDistractors"),
                           learners=("GAE λ=0", "GAE λ=0.5", "GAE λ=0.9", "GAE λ=1",
-                                    "chunked features", "chunked features, vector λ")),
+                                    "chunked features", "chunked features, vector λ",
+                                    "chunked feature oracle",
+                                    "chunked feature oracle, vector λ")),
     "chunktd-smoke": dict(updates=4, seeds=2, tasks=("AccumulatedCharge", "KeyToDoorDistractors"),
                           learners=("GAE λ=1", "chunked features", "chunked features, vector λ")),
 }

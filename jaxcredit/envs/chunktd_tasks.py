@@ -122,6 +122,26 @@ class AccumulatedCharge(DiscreteEnv):
         delta = self.features(next_obs) - self.features(obs)
         return jnp.clip(delta, 0, jnp.asarray(self.transition_categories) - 1)
 
+    def transition_law(self, obs: Array, action: Array) -> Array:
+        """``[..., 3, C]``: the exact law of each feature's change given (s, a), C =
+        ``max(transition_categories)``: plus moves only at step 0 (to the action), the charge
+        by a Binomial(horizon / points, p_charged) at the accumulation times, time by 1."""
+        width = max(self.transition_categories)
+        t = self.features(obs)[..., 2]
+        first = (t == 0)[..., None]
+        plus = jnp.where(first, jax.nn.one_hot((action == 1).astype(jnp.int32), width),
+                         jax.nn.one_hot(0, width))
+        k = jnp.arange(width)
+        n, p = self.per_point, self.p_charged
+        log_pmf = (jax.scipy.special.gammaln(n + 1.0) - jax.scipy.special.gammaln(k + 1.0)
+                   - jax.scipy.special.gammaln(jnp.maximum(n - k, 0) + 1.0)
+                   + k * jnp.log(p) + (n - k) * jnp.log1p(-p))
+        binomial = jnp.where(k <= n, jnp.exp(log_pmf), 0.0)
+        at_point = self._is_point[jnp.clip(t, 0, self.horizon)][..., None]
+        charge = jnp.where(at_point, binomial, jax.nn.one_hot(0, width))
+        time = jnp.broadcast_to(jax.nn.one_hot(1, width), charge.shape)
+        return jnp.stack([plus, charge, time], axis=-2)
+
     def episode_success(self, obs: Array, next_obs: Array, reward: Array) -> Array:
         """The first action was plus (obs at time 0, plus set after it)."""
         del reward
@@ -219,6 +239,23 @@ class KeyToDoorDistractors(DiscreteEnv):
         """The next value of every feature."""
         del obs
         return self.features(next_obs)
+
+    def transition_law(self, obs: Array, action: Array) -> Array:
+        """``[..., obs_size, C]``: the exact law of each feature's next value given (s, a), C =
+        ``num_steps + 1``: the coins fair except on the last step (0), the rest deterministic."""
+        width = max(self.transition_categories)
+        f = self.features(obs)
+        t = f[..., -2]
+        last = t + 1 == self.num_steps
+        key = jnp.where(t == 0, (action == 0).astype(jnp.int32), f[..., 0])
+        door = (t + 1 == self.num_steps - 1).astype(jnp.int32)
+        treasure = (last & (key == 1) & (action == 1)).astype(jnp.int32)
+        sure = lambda v: jax.nn.one_hot(v, width)  # noqa: E731
+        coin = jnp.where(last[..., None], sure(0), jnp.zeros(width).at[:2].set(0.5))
+        coins = jnp.broadcast_to(coin[..., None, :], coin.shape[:-1] + (self.num_distractors,
+                                                                        width))
+        return jnp.concatenate([sure(key)[..., None, :], sure(door)[..., None, :], coins,
+                                sure(t + 1)[..., None, :], sure(treasure)[..., None, :]], axis=-2)
 
     def reward_components(self, obs: Array, next_obs: Array) -> Array:
         """``[..., obs_size]``: the reward of the step, feature by feature (it sums to the

@@ -34,6 +34,8 @@ Models (``model``):
   transition (``jaxcredit.estimators.chunked_features``), for environments too large for a
   table that say how a transition reads feature by feature (``transition_code``); with
   ``lambdas="vector"``, one λ per reward feature (the paper's C-factored learner).
+* ``"feature_oracle"``: the environment's exact per-feature law (``transition_law``) in the
+  feature model's place.
 
 Where the window does not hold s_{t+1} (the step is a time-out, or the window's last step), the
 next state's index is unknown and ℓ_t = 0: the step before it bootstraps one step early. The
@@ -57,7 +59,7 @@ from jaxcredit.types import Credit, Trajectory
 Array = jax.Array
 
 FORMS = ("sampled", "expected")
-MODELS = ("counts", "oracle", "features")
+MODELS = ("counts", "oracle", "features", "feature_oracle")
 
 
 def next_state_index(trajectory: Trajectory, num_states: int) -> tuple[Array, Array]:
@@ -135,10 +137,12 @@ def chunked(form: str = "sampled", model: str = "counts", lambdas: str = "scalar
     check_choice("form", form, FORMS)
     check_choice("model", model, MODELS)
     check_choice("lambdas", lambdas, cf.LAMBDAS)
-    if lambdas == "vector" and model != "features":
-        raise ValueError("chunked lambdas=vector needs model=features (a λ per reward feature)")
-    if model == "features":
-        return _chunked_features(form, lambdas, hidden, env, env_params)
+    if lambdas == "vector" and model not in ("features", "feature_oracle"):
+        raise ValueError("chunked lambdas=vector needs model=features or feature_oracle (a λ "
+                         "per reward feature)")
+    if model in ("features", "feature_oracle"):
+        return _chunked_features(form, lambdas, hidden, model == "feature_oracle", env,
+                                 env_params)
     if env is None or not has_ground_truth(env):
         raise ValueError("chunked needs an environment with a tabular state index and MDP "
                          "(its transition model is a table over the states)")
@@ -173,12 +177,21 @@ def chunked(form: str = "sampled", model: str = "counts", lambdas: str = "scalar
                                             env_params=env_params))
 
 
-def _chunked_features(form: str, lambdas: str, hidden: int, env: Any,
+def _chunked_features(form: str, lambdas: str, hidden: int, exact: bool, env: Any,
                       env_params: Any) -> Estimator:
-    """``chunked model=features``: the fitted feature model (``chunked_features``)."""
+    """``chunked model=features`` (the fitted feature model, ``chunked_features``) or
+    ``model=feature_oracle`` (the environment's exact per-feature law in its place; a model
+    is still fitted for the component values of the vector λ). Where the environment has its
+    exact law, the fitted learner reports how far its λ and its credit are from the exact
+    law's on the same window (``lambda_error_to_exact``, ``advantage_rmse_to_exact``)."""
     if hidden < 1:
         raise ValueError(f"chunked hidden must be >= 1, got {hidden}")
     factored = cf.factored_env(env, need_rewards=lambdas == "vector")
+    has_law = callable(getattr(factored, "transition_law", None))
+    if exact and not has_law:
+        raise ValueError("chunked model=feature_oracle needs an environment with its exact "
+                         "per-feature law (transition_law: AccumulatedCharge, "
+                         "KeyToDoorDistractors)")
     categories = tuple(int(c) for c in factored.transition_categories)
     num_actions = int(env.action_space(env_params).n)
     components = len(categories) + 1 if lambdas == "vector" else 0
@@ -192,15 +205,23 @@ def _chunked_features(form: str, lambdas: str, hidden: int, env: Any,
         del key
         pi, _ = behaviour_policy(trajectory)
         advantage, targets, lam = cf.feature_credit(model, params, factored, trajectory, pi,
-                                                    hparams.gamma, form, lambdas)
-        return Credit(advantage=advantage, value_target=targets,
-                      diagnostics={"advantage_mean": advantage.mean(),
-                                   "advantage_std": advantage.std(), "lambda_mean": lam.mean()})
+                                                    hparams.gamma, form, lambdas, exact)
+        diagnostics = {"advantage_mean": advantage.mean(), "advantage_std": advantage.std(),
+                       "lambda_mean": lam.mean()}
+        if has_law and not exact:  # the fitted λ and credit against the exact law's
+            exact_advantage, _, exact_lam = cf.feature_credit(
+                model, params, factored, trajectory, pi, hparams.gamma, form, lambdas, True)
+            diagnostics["lambda_error_to_exact"] = jnp.abs(lam - exact_lam).mean()
+            diagnostics["advantage_rmse_to_exact"] = jnp.sqrt(
+                jnp.mean((advantage - exact_advantage) ** 2))
+        return Credit(advantage=advantage, value_target=targets, diagnostics=diagnostics)
 
     def loss(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> tuple[Array, dict]:
         del key
         pi, _ = behaviour_policy(trajectory)
         return cf.feature_loss(model, params, factored, trajectory, pi, hparams.gamma, form,
-                               lambdas)
+                               lambdas, exact)
 
+    if exact and lambdas == "scalar":  # nothing to fit
+        return Estimator(name="chunked", assign=assign, init=init)
     return Estimator(name="chunked", assign=assign, init=init, loss=loss, learned=True)

@@ -149,11 +149,26 @@ def split_rewards(env: Any, trajectory: Trajectory) -> Array:
     return jnp.concatenate([parts, rest[..., None]], axis=-1)
 
 
-def step_lambdas(model: FeatureModel, params: Any, env: Any, trajectory: Trajectory, pi: Array,
-                 form: str) -> tuple[Array, Array]:
-    """``(scalar λ' [T, *batch], vector λ' [T, *batch, F])`` of a window under the model."""
+def transition_probabilities(model: FeatureModel, params: Any, env: Any,
+                             trajectory: Trajectory, num_actions: int,
+                             exact: bool = False) -> Array:
+    """``[T, *batch, A, F]``: p̂_k(c_k | s_t, a) of the fitted model, or with ``exact`` the
+    environment's exact law (``env.transition_law(obs, action) -> [..., F, C]``)."""
     code = env.transition_code(trajectory.obs, trajectory.next_obs)
-    p_all = feature_probabilities(model, params, trajectory.obs, code, pi.shape[-1])
+    if not exact:
+        return feature_probabilities(model, params, trajectory.obs, code, num_actions)
+    obs = trajectory.obs
+
+    def under(action):
+        law = env.transition_law(obs, jnp.full(obs.shape[:-1], action))
+        return jnp.take_along_axis(law, code[..., None], axis=-1)[..., 0]
+    return jnp.stack([under(a) for a in range(num_actions)], axis=-2)
+
+
+def step_lambdas(p_all: Array, pi: Array, trajectory: Trajectory,
+                 form: str) -> tuple[Array, Array]:
+    """``(scalar λ' [T, *batch], vector λ' [T, *batch, F])`` of a window from the per-feature
+    probabilities ``p_all [T, *batch, A, F]``."""
     scalar, vector = (shift_lambda(feature_step_probability(p_all, pi, trajectory.action, form,
                                                             kind), trajectory.done)
                       for kind in LAMBDAS)
@@ -161,10 +176,11 @@ def step_lambdas(model: FeatureModel, params: Any, env: Any, trajectory: Traject
 
 
 def component_credit(model: FeatureModel, params: Any, env: Any, trajectory: Trajectory,
-                     pi: Array, gamma: Any, form: str) -> tuple[Array, Array, Array]:
+                     pi: Array, gamma: Any, form: str,
+                     p_all: Array) -> tuple[Array, Array, Array]:
     """``(A, G, λ')``, each ``[T, *batch, F + 1]``: GAE per reward component on the component
     values, the last component the rest of the reward with the scalar λ."""
-    scalar, vector = step_lambdas(model, params, env, trajectory, pi, form)
+    scalar, vector = step_lambdas(p_all, pi, trajectory, form)
     lam = jnp.concatenate([vector, scalar[..., None]], axis=-1)
     values = model.apply(params, trajectory.obs, method=FeatureModel.values)
     next_values = model.apply(params, trajectory.next_obs, method=FeatureModel.values)
@@ -174,15 +190,17 @@ def component_credit(model: FeatureModel, params: Any, env: Any, trajectory: Tra
 
 
 def feature_credit(model: FeatureModel, params: Any, env: Any, trajectory: Trajectory,
-                   pi: Array, gamma: Any, form: str, lambdas: str) -> tuple[Array, Array, Array]:
+                   pi: Array, gamma: Any, form: str, lambdas: str,
+                   exact: bool = False) -> tuple[Array, Array, Array]:
     """``(advantages, value targets, λ')`` of a window: the per-step λ of the fitted feature
-    model, scalar (GAE on the agent's values) or vector (GAE per reward component on the
-    component values, summed over components)."""
+    model (or, with ``exact``, of the environment's exact law), scalar (GAE on the agent's
+    values) or vector (GAE per reward component on the component values, summed)."""
+    p_all = transition_probabilities(model, params, env, trajectory, pi.shape[-1], exact)
     if lambdas == "vector":
         advantage, targets, lam = component_credit(model, params, env, trajectory, pi, gamma,
-                                                   form)
+                                                   form, p_all)
         return advantage.sum(-1), targets.sum(-1), lam
-    scalar, _ = step_lambdas(model, params, env, trajectory, pi, form)
+    scalar, _ = step_lambdas(p_all, pi, trajectory, form)
     advantage, targets = returns.gae(
         trajectory.reward, trajectory.value, trajectory.next_value, trajectory.terminated,
         trajectory.truncated, gamma, scalar)
@@ -190,18 +208,22 @@ def feature_credit(model: FeatureModel, params: Any, env: Any, trajectory: Traje
 
 
 def feature_loss(model: FeatureModel, params: Any, env: Any, trajectory: Trajectory, pi: Array,
-                 gamma: Any, form: str, lambdas: str) -> tuple[Array, dict]:
+                 gamma: Any, form: str, lambdas: str, exact: bool = False) -> tuple[Array, dict]:
     """Cross-entropy of the transition features (the official loss: the mean over steps and
-    features), plus, for the vector λ, half the squared error of the component values to their
-    λ-returns (held fixed: computed at the current parameters under stop_gradient)."""
-    code = env.transition_code(trajectory.obs, trajectory.next_obs)
-    log_p = jax.nn.log_softmax(model.apply(params, trajectory.obs, trajectory.action))
-    nll = -jnp.take_along_axis(log_p, code[..., None], axis=-1)[..., 0]
-    loss = nll.mean()
-    metrics = {"model_nll": loss}
+    features; not with ``exact``, where the model's transition head is unused), plus, for the
+    vector λ, half the squared error of the component values to their λ-returns (held fixed:
+    computed at the current parameters under stop_gradient)."""
+    loss, metrics = jnp.zeros(()), {}
+    if not exact:
+        code = env.transition_code(trajectory.obs, trajectory.next_obs)
+        log_p = jax.nn.log_softmax(model.apply(params, trajectory.obs, trajectory.action))
+        nll = -jnp.take_along_axis(log_p, code[..., None], axis=-1)[..., 0]
+        loss = nll.mean()
+        metrics["model_nll"] = loss
     if lambdas == "vector":
-        _, targets, _ = component_credit(model, jax.lax.stop_gradient(params), env, trajectory,
-                                         pi, gamma, form)
+        fixed = jax.lax.stop_gradient(params)
+        p_all = transition_probabilities(model, fixed, env, trajectory, pi.shape[-1], exact)
+        _, targets, _ = component_credit(model, fixed, env, trajectory, pi, gamma, form, p_all)
         values = model.apply(params, trajectory.obs, method=FeatureModel.values)
         value_loss = 0.5 * jnp.mean(jnp.sum((values - targets) ** 2, axis=-1))
         loss = loss + value_loss
