@@ -8,6 +8,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 from jaxcredit.xla_flags import configure_cpu_flags
 
 configure_cpu_flags()
@@ -116,6 +118,25 @@ def pytest_configure(config):
         # again in the other xdist worker, and a cache read takes milliseconds. The CLI
         # subprocesses read them as well (only writing is limited to slow compiles).
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+@pytest.fixture
+def no_cache_writes():
+    """No writes to the persistent compilation cache during the test (reads still happen).
+    XLA:CPU (jaxlib 0.10.2) sometimes crashes inside ``executable.serialize()`` while writing
+    the memory agent's training chunk from a ``jaxcredit train --policy rma`` run: in 2 of 6
+    clean-clone runs of the suite, both in tests/test_tvt.py's command-line test, at
+    ``memory.fit_program``'s compile (once a segfault, once an abort; a third run crashed in the
+    same call on a small eager program of another test); the same program runs fine. Skipping
+    that write keeps the known case out of the suite; docs/tvt.md tells users."""
+    import jax  # noqa: PLC0415
+
+    floor = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", floor)
 
 
 def pytest_unconfigure(config):

@@ -207,7 +207,7 @@ def _fresh(batch):
     return initial_memory(8, 8, 6, batch)
 
 
-def test_trains_from_the_command_line_with_the_memory_agent(tmp_path):
+def test_trains_from_the_command_line_with_the_memory_agent(tmp_path, no_cache_writes):
     """A2C with ``--policy rma`` and ``--redistribute tvt`` on MemoryKeyToDoor: the metrics of
     the transport and of the memory agent's own losses are finite."""
     from jaxcredit import cli, runlog
