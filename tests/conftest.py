@@ -113,8 +113,9 @@ def pytest_configure(config):
     # Only programs that compile in compile_cache.MIN_COMPILE_SECONDS or more are written, as
     # in a jaxcredit command. The suite used to write every program (thousands of small eager
     # ones), and XLA:CPU (jaxlib 0.10.2) then crashed now and then inside the cache's
-    # executable.serialize() or deserialize (4 of 7 clean-clone runs, each time in another
-    # test); the small programs are cheap to compile again, the large ones stay shared.
+    # executable.serialize() or deserialize (4 of 7 clean-clone runs: twice writing the memory
+    # agent's chunk, see no_cache_writes, once each on small programs of two other tests); the
+    # small programs are cheap to compile again, the large ones stay shared.
     compile_cache.enable()
 
 
