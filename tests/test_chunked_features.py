@@ -345,12 +345,16 @@ def test_feature_model_trains_from_the_command_line(tmp_path, env, options, mode
     if model == "features":
         nll = np.asarray(metrics["estimator/model_nll"]).ravel()
         assert np.isfinite(nll).all() and nll[-1] < nll[0]  # the model is being fitted
-        # ... and scored against the environment's exact per-feature law on the same window
+        # ... and scored against the environment's exact per-feature law at the evaluation
+        # points (updates 3 and 6), not in the training updates between them
         error = np.asarray(metrics["credit/lambda_error_to_exact"]).ravel()
-        assert np.isfinite(error).all() and (error > 0).all()
-        assert np.isfinite(np.asarray(metrics["credit/advantage_rmse_to_exact"])).all()
+        scored = np.isfinite(error)
+        assert scored.sum() == 2 and (error[scored] > 0).all(), error
+        rmse = np.asarray(metrics["credit/advantage_rmse_to_exact"]).ravel()
+        assert (np.isfinite(rmse) == scored).all()
     else:
         assert "estimator/model_nll" not in metrics
+        assert "credit/lambda_error_to_exact" not in metrics
     lam = np.asarray(metrics["credit/lambda_mean"]).ravel()
     assert ((lam > 0) & (lam < 1)).all()
     assert np.isfinite(np.asarray(metrics["eval/success_rate"], float)).any()

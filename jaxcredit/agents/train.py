@@ -459,12 +459,18 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             pi = gt_lib.policy_table(network, state.agent.params, mdp, behaviour=False)
             metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
             metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
-        if reference is None or not exact_policy or (twin is None and redistributor is None):
-            return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
-        # The diagnostics against the exact model run here, at evaluation points only, on a
+        # The diagnostics against exact models run here, at evaluation points only, on a
         # held-out window of the current policy (not used for training): the stages as they
         # will treat the next update's window.
-        traj = collect(state, hparams, window_key).trajectory
+        traj = None
+        if estimator.diagnose is not None:  # an exact law without tabular ground truth
+            traj = collect(state, hparams, window_key).trajectory
+            metrics.update({f"credit/{k}": v for k, v in estimator.diagnose(
+                state.estimator.params, traj, hparams).items()})
+        if reference is None or not exact_policy or (twin is None and redistributor is None):
+            return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        if traj is None:
+            traj = collect(state, hparams, window_key).trajectory
         behaviour = behaviour_table(state)
         if redistributor is not None:
             new, _, _ = redistribute(state.redistributor, traj, rd_key, behaviour)

@@ -51,6 +51,7 @@ LossFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, dict]]
 HindsightFn = Callable[[Any, Trajectory, Any, jax.Array], tuple[jax.Array, jax.Array]]
 UpdateFn = Callable[[Any, Trajectory, Any], Any]
 RatioFn = Callable[[Any, Trajectory, Any], jax.Array]
+DiagnoseFn = Callable[[Any, Trajectory, Any], dict]
 
 
 def no_params(key: jax.Array, example: Trajectory) -> dict:
@@ -95,6 +96,10 @@ class Estimator:
         continuous actions (hindsight models over A actions, COCOA, the exact models).
       reads_agent_state: True if the model reads ``Trajectory.agent_state`` (the recurrent
         policy's state), which the engine then records; it needs ``--policy gru|lstm|lru``.
+      diagnose: ``(params, trajectory, hparams) -> {name: scalar}``, checks that cost a pass of
+        their own (the credit against an exact law the environment knows, where it has no
+        tabular ground truth): the engine runs it at evaluation points only, on a held-out
+        window, and logs ``credit/<name>``.
     """
 
     name: str
@@ -114,6 +119,7 @@ class Estimator:
     pretrained: Optional[Callable[[Any], Any]] = None
     continuous_actions: bool = False
     reads_agent_state: bool = False
+    diagnose: Optional[DiagnoseFn] = None
 
     def __post_init__(self):
         if self.exact_model is not None:

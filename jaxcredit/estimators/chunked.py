@@ -182,8 +182,9 @@ def _chunked_features(form: str, lambdas: str, hidden: int, exact: bool, env: An
     """``chunked model=features`` (the fitted feature model, ``chunked_features``) or
     ``model=feature_oracle`` (the environment's exact per-feature law in its place; a model
     is still fitted for the component values of the vector λ). Where the environment has its
-    exact law, the fitted learner reports how far its λ and its credit are from the exact
-    law's on the same window (``lambda_error_to_exact``, ``advantage_rmse_to_exact``)."""
+    exact law, the fitted learner reports at evaluation points how far its λ and its credit
+    are from the exact law's on the same window (``lambda_error_to_exact``,
+    ``advantage_rmse_to_exact``)."""
     if hidden < 1:
         raise ValueError(f"chunked hidden must be >= 1, got {hidden}")
     factored = cf.factored_env(env, need_rewards=lambdas == "vector")
@@ -208,13 +209,17 @@ def _chunked_features(form: str, lambdas: str, hidden: int, exact: bool, env: An
                                                     hparams.gamma, form, lambdas, exact)
         diagnostics = {"advantage_mean": advantage.mean(), "advantage_std": advantage.std(),
                        "lambda_mean": lam.mean()}
-        if has_law and not exact:  # the fitted λ and credit against the exact law's
-            exact_advantage, _, exact_lam = cf.feature_credit(
-                model, params, factored, trajectory, pi, hparams.gamma, form, lambdas, True)
-            diagnostics["lambda_error_to_exact"] = jnp.abs(lam - exact_lam).mean()
-            diagnostics["advantage_rmse_to_exact"] = jnp.sqrt(
-                jnp.mean((advantage - exact_advantage) ** 2))
         return Credit(advantage=advantage, value_target=targets, diagnostics=diagnostics)
+
+    def diagnose(params: Any, trajectory: Trajectory, hparams: Any) -> dict:
+        """The fitted λ and credit against the exact law's on the same window."""
+        pi, _ = behaviour_policy(trajectory)
+        advantage, _, lam = cf.feature_credit(model, params, factored, trajectory, pi,
+                                              hparams.gamma, form, lambdas)
+        exact_advantage, _, exact_lam = cf.feature_credit(
+            model, params, factored, trajectory, pi, hparams.gamma, form, lambdas, True)
+        return {"lambda_error_to_exact": jnp.abs(lam - exact_lam).mean(),
+                "advantage_rmse_to_exact": jnp.sqrt(jnp.mean((advantage - exact_advantage) ** 2))}
 
     def loss(params: Any, trajectory: Trajectory, hparams: Any, key: Any) -> tuple[Array, dict]:
         del key
@@ -224,4 +229,5 @@ def _chunked_features(form: str, lambdas: str, hidden: int, exact: bool, env: An
 
     if exact and lambdas == "scalar":  # nothing to fit
         return Estimator(name="chunked", assign=assign, init=init)
-    return Estimator(name="chunked", assign=assign, init=init, loss=loss, learned=True)
+    return Estimator(name="chunked", assign=assign, init=init, loss=loss, learned=True,
+                     diagnose=diagnose if has_law and not exact else None)
