@@ -1,6 +1,7 @@
 """Experiments never overwrite published results unless asked: every script writes into a fresh
 folder by default, and ``publish`` refuses to replace files without ``force``."""
 
+import dataclasses
 import importlib.util
 import pathlib
 import sys
@@ -62,3 +63,89 @@ def test_purejaxrl_dqn_bad_sources_are_one_line_errors(tmp_path, capsys):
         assert module.main([*argv, "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+@dataclasses.dataclass
+class _HookArgs(X.OutputArgs):
+    size: str = "s"
+    bad: bool = False
+
+
+def _hook_experiment(tmp_path, calls: list, bars_met: bool):
+    """A script with no runs: what ``X.main`` does around them (the error line, prepare,
+    report, publish, the bars' exit status)."""
+
+    def plan(args, size):
+        if args.bad:
+            raise ValueError("--bad was given")
+        return [], {"extra": 1}
+
+    def report(out, cases, meta):
+        calls.append(("report", meta["size"], meta["seeds"], meta["extra"], cases))
+        (out / "table.md").write_text("t")
+        return ["table.md"]
+
+    def main(argv):
+        return X.main("hooks", tmp_path / "here", _HookArgs, {"s": dict(seeds=2)}, plan, report,
+                      0, argv, prepare=lambda out, args, size: calls.append(("prepare", out)),
+                      passed=lambda out: bars_met)
+
+    return main
+
+
+def test_main_runs_prepare_report_and_publish(tmp_path):
+    calls = []
+    main = _hook_experiment(tmp_path, calls, bars_met=True)
+    assert main(["--out", str(tmp_path / "out"), "--publish"]) == 0
+    assert calls == [("prepare", tmp_path / "out"), ("report", "s", 2, 1, [])]
+    assert (tmp_path / "here" / "results" / "table.md").read_text() == "t"
+    # published results are not replaced without --force
+    assert main(["--out", str(tmp_path / "out"), "--publish"]) == 2
+
+
+def test_main_exit_status_one_when_bars_are_missed(tmp_path):
+    main = _hook_experiment(tmp_path, [], bars_met=False)
+    assert main(["--out", str(tmp_path / "out")]) == 1
+
+
+def test_main_plan_errors_are_one_line_before_anything_runs(tmp_path, capsys):
+    calls = []
+    main = _hook_experiment(tmp_path, calls, bars_met=True)
+    for argv, message in ((["--bad"], "--bad was given"),
+                          (["--size", "huge"], "--size must be one of s")):
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"run.py: error: {message}"]
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
+def test_overrides_set_config_fields_and_hparams_in_every_case():
+    from jaxcredit.agents import TrainConfig
+
+    config = TrainConfig.from_flat(algo="a2c", estimator="hca_return")
+    cases = [X.Case("a", config, ({"lr": 1e-3}, {"lr": 3e-3})), X.Case("b", config)]
+    new = X.with_overrides(cases, (("estimator_fit_steps", 8), ("num_envs", 2)),
+                           (("estimator_lr", 0.01),))
+    assert [c.config.flat()["estimator_fit_steps"] for c in new] == [8, 8]
+    assert new[0].config.replace(estimator_fit_steps=4, num_envs=config.num_envs) == config
+    assert new[0].settings == ({"lr": 1e-3, "estimator_lr": 0.01},
+                               {"lr": 3e-3, "estimator_lr": 0.01})
+    assert new[1].settings == ({"estimator_lr": 0.01},)
+    assert X.with_overrides(cases, (), ()) == cases
+
+
+def test_bad_overrides_are_one_line_before_anything_runs(tmp_path, capsys):
+    from jaxcredit.agents import TrainConfig
+
+    def plan(args, size):
+        return [X.Case("a", TrainConfig.from_flat(algo="a2c"))], {}
+
+    for argv, message in ((["--set", "estimator_fit_stepz=8"], "no field(s) estimator_fit_stepz"),
+                          (["--set", "eight"], "--set must look like KEY=VALUE"),
+                          (["--hparam", "lrr=1"], "--hparam: Hparams has no field(s) lrr")):
+        status = X.main("hooks", tmp_path, _HookArgs, {"s": dict(seeds=2)}, plan,
+                        lambda *a: [], 0, [*argv, "--out", str(tmp_path / "out")])
+        assert status == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()

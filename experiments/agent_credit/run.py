@@ -44,7 +44,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
@@ -168,25 +167,21 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return ["report.md", "results.json", "success.png"]
 
 
-def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        unknown = [name for name in args.learners if name not in LEARNERS]
-        if unknown:
-            raise ValueError(f"unknown learner(s) {unknown}; choose from {list(LEARNERS)}")
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    unknown = [name for name in args.learners if name not in LEARNERS]
+    if unknown:
+        raise ValueError(f"unknown learner(s) {unknown}; choose from {list(LEARNERS)}")
     horizons = args.horizons or size["horizons"]
     cases = [case(h, learner, size["updates"]) for h in horizons for learner in args.learners]
     if args.ablations:
         cases += [case(spec[3], name, size["updates"]) for name, spec in ABLATIONS.items()
                   if spec[3] in horizons]
-    meta = {"size": args.size, "seeds": size["seeds"], "updates": size["updates"],
-            "horizons": list(horizons), "hparams": HPARAMS, "group_size": GROUP_SIZE}
-    return X.run_and_report("agent_credit", HERE, args, cases, meta, report, size["seeds"], 0,
-                            argv)
+    return cases, {"updates": size["updates"], "horizons": list(horizons), "hparams": HPARAMS,
+                   "group_size": GROUP_SIZE}
+
+
+def main(argv=None) -> int:
+    return X.main("agent_credit", HERE, Args, SIZES, plan, report, 0, argv)
 
 
 if __name__ == "__main__":

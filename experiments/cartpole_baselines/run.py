@@ -29,7 +29,6 @@ import pathlib
 import sys
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
@@ -113,24 +112,20 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return ["table.md", "results.json"]
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    return cases(size), {"ppo_steps": size["ppo_steps"], "dqn_steps": size["dqn_steps"],
+                         "bars": size["bars"], "ppo_hparams": PPO_HPARAMS,
+                         "dqn_hparams": DQN_HPARAMS}
+
+
+def passed(out: pathlib.Path) -> bool:
+    """False only where the size has bars and one was missed (exit status 1)."""
+    return json.loads((out / "results.json").read_text())["passed"] is not False
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": size["seeds"], "ppo_steps": size["ppo_steps"],
-            "dqn_steps": size["dqn_steps"], "bars": size["bars"],
-            "ppo_hparams": PPO_HPARAMS, "dqn_hparams": DQN_HPARAMS}
-    out = pathlib.Path(args.out) if args.out else X.default_out("cartpole_baselines")
-    args.out = str(out)
-    status = X.run_and_report("cartpole_baselines", HERE, args, cases(size), meta, report,
-                              size["seeds"], 0, argv, num_chunks=2)
-    if status == 0 and size["bars"] and not json.loads((out / "results.json").read_text())[
-            "passed"]:
-        return 1
-    return status
+    return X.main("cartpole_baselines", HERE, Args, SIZES, plan, report, 0, argv, num_chunks=2,
+                  passed=passed)
 
 
 if __name__ == "__main__":

@@ -173,6 +173,10 @@ def main(argv=None) -> int:
     if args.size not in SIZES:
         print(f"run.py: error: --size must be one of {', '.join(SIZES)}", file=sys.stderr)
         return 2
+    if args.set or args.hparam:  # the shared flags of scripts whose runs are engine runs
+        print("run.py: error: --set and --hparam change engine runs; this script trains none "
+              "(it fits models on fixed policies)", file=sys.stderr)
+        return 2
     unknown = set(args.parts) - {"tree", "key_to_door"}
     if unknown:
         print(f"run.py: error: unknown part(s) {', '.join(sorted(unknown))}", file=sys.stderr)

@@ -25,7 +25,6 @@ import pathlib
 import sys
 from typing import Optional
 
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
@@ -95,19 +94,14 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return ["table.md", "results.json", "curves.png"]
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    learners = args.learners or size["learners"]
+    cases = [case(label, size["timesteps"]) for label in learners]
+    return cases, {"timesteps": size["timesteps"], "learners": list(learners)}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        learners = args.learners or size["learners"]
-        cases = [case(label, size["timesteps"]) for label in learners]
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": size["seeds"], "timesteps": size["timesteps"],
-            "learners": list(learners)}
-    return X.run_and_report("episodic_control", HERE, args, cases, meta, report, size["seeds"],
-                            2022, argv)
+    return X.main("episodic_control", HERE, Args, SIZES, plan, report, 2022, argv)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import envs
 from jaxcredit import experiment as X
@@ -167,25 +166,21 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return ["table.md", "results.json", "curves.png"]
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    tasks = args.tasks or size["tasks"]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; known: {'; '.join(TASKS)}")
+    learners = args.learners or size["learners"]
+    cases = [case(t, label, size["updates"], args.warmup_updates) for t in tasks
+             for label in learners]
+    return cases, {"updates": size["updates"], "tasks": list(tasks), "learners": list(learners),
+                   "hparams": HPARAMS, "shapes": {t: TASKS[t][2:] for t in tasks}}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        seeds, updates = size["seeds"], size["updates"]
-        tasks = args.tasks or size["tasks"]
-        unknown = [t for t in tasks if t not in TASKS]
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; known: {'; '.join(TASKS)}")
-        learners = args.learners or size["learners"]
-        cases = [case(t, label, updates, args.warmup_updates) for t in tasks
-                 for label in learners]
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": seeds, "updates": updates, "tasks": list(tasks),
-            "learners": list(learners), "hparams": HPARAMS,
-            "shapes": {t: TASKS[t][2:] for t in tasks}}
-    return X.run_and_report("hca_tasks", HERE, args, cases, meta, report, seeds, 2019, argv)
+    return X.main("hca_tasks", HERE, Args, SIZES, plan, report, 2019, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

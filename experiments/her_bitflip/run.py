@@ -30,7 +30,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
@@ -196,35 +195,32 @@ def plot(path: pathlib.Path, ns, learners, lookup, ablation, results) -> None:
     plt.close(fig)
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    updates = size["updates"]
+    bits = args.bits or size["bits"]
+    if any(n < 1 for n in bits):
+        raise ValueError(f"--bits must be positive, got {bits}")
+    cases = [case(n, learner, updates, size["buffer"]) for n in bits
+             for learner in ("DQN", "DQN+HER")]
+    if args.ablation:
+        n = size["ablation_bits"]
+        # `future` at that n is the main comparison's DQN+HER run when there is one.
+        cases += [case(n, f"HER {s}", updates, size["buffer"], s, "ablation")
+                  for s in STRATEGIES if s != "future" or n not in bits]
+    cases += [case(size["grid"], learner, size["grid_updates"], size["buffer"],
+                   group="grid") for learner in ("DQN", "DQN+HER")]
+    if size["long"] and not args.bits and not args.updates:
+        # The largest n once more with twice the budget: is it solved given more cycles?
+        cases.append(case(size["long"][0], "DQN+HER", size["long"][1], size["buffer"],
+                          group="long"))
+    return cases, {"updates": updates, "bits": list(bits), "grid": size["grid"],
+                   "grid_updates": size["grid_updates"], "hparams": HPARAMS,
+                   "buffer_size": size["buffer"]}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        seeds, updates = size["seeds"], size["updates"]
-        bits = args.bits or size["bits"]
-        if any(n < 1 for n in bits):
-            raise ValueError(f"--bits must be positive, got {bits}")
-        cases = [case(n, learner, updates, size["buffer"]) for n in bits
-                 for learner in ("DQN", "DQN+HER")]
-        if args.ablation:
-            n = size["ablation_bits"]
-            # `future` at that n is the main comparison's DQN+HER run when there is one.
-            cases += [case(n, f"HER {s}", updates, size["buffer"], s, "ablation")
-                      for s in STRATEGIES if s != "future" or n not in bits]
-        cases += [case(size["grid"], learner, size["grid_updates"], size["buffer"],
-                       group="grid") for learner in ("DQN", "DQN+HER")]
-        if size["long"] and not args.bits and not args.updates:
-            # The largest n once more with twice the budget: is it solved given more cycles?
-            cases.append(case(size["long"][0], "DQN+HER", size["long"][1], size["buffer"],
-                              group="long"))
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": seeds, "updates": updates, "bits": list(bits),
-            "grid": size["grid"], "grid_updates": size["grid_updates"],
-            "hparams": HPARAMS, "buffer_size": size["buffer"]}
-    return X.run_and_report("her_bitflip", HERE, args, cases, meta, report, seeds, 2017, argv,
-                            num_chunks=2)
+    return X.main("her_bitflip", HERE, Args, SIZES, plan, report, 2017, argv, num_chunks=2)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,7 +31,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit import stats
@@ -339,28 +338,24 @@ def plot(out: pathlib.Path, results: dict, lengths, learners,
     plt.close(fig)
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    lengths = args.lengths or size["lengths"]
+    learners = args.learners or size["learners"]
+    if min(lengths) < 4:
+        raise ValueError("need lengths >= 4")
+    regime = args.regime or size.get("regime", "jaxcredit")
+    if regime not in REGIMES:
+        raise ValueError(f"--regime must be one of {', '.join(REGIMES)}")
+    cases = [case(L, label, size["updates"], args.lr, args.estimator_lr, regime,
+                  args.eval_every) for L in lengths for label in learners]
+    return cases, {"regime": regime, "updates": size["updates"], "lengths": list(lengths),
+                   "learners": list(learners), "num_envs": NUM_ENVS,
+                   "hparams": {c.name: c.settings[0] for c in cases}}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        seeds, updates = size["seeds"], size["updates"]
-        lengths = args.lengths or size["lengths"]
-        learners = args.learners or size["learners"]
-        if min(lengths) < 4:
-            raise ValueError("need lengths >= 4")
-        regime = args.regime or size.get("regime", "jaxcredit")
-        if regime not in REGIMES:
-            raise ValueError(f"--regime must be one of {', '.join(REGIMES)}")
-        cases = [case(L, label, updates, args.lr, args.estimator_lr, regime, args.eval_every)
-                 for L in lengths for label in learners]
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "regime": regime, "seeds": seeds, "updates": updates,
-            "lengths": list(lengths),
-            "learners": list(learners), "num_envs": NUM_ENVS,
-            "hparams": {c.name: c.settings[0] for c in cases}}
-    return X.run_and_report("key_to_door", HERE, args, cases, meta, report, seeds, 2023, argv)
+    return X.main("key_to_door", HERE, Args, SIZES, plan, report, 2023, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

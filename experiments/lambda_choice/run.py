@@ -29,7 +29,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import EstimatorConfig, EvalConfig, TrainConfig
@@ -245,24 +244,19 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return ["table.md", "results.json", "curves.png"] + figures
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    learners = args.learners or size["learners"]
+    tasks = args.tasks or size["tasks"]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; known: {'; '.join(TASKS)}")
+    cases = [case(t, label, size["updates"]) for t in tasks for label in learners
+             if applies(t, label)]
+    return cases, {"updates": size["updates"], "learners": list(learners), "hparams": HPARAMS}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        learners = args.learners or size["learners"]
-        tasks = args.tasks or size["tasks"]
-        unknown = [t for t in tasks if t not in TASKS]
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; known: {'; '.join(TASKS)}")
-        cases = [case(t, label, size["updates"]) for t in tasks for label in learners
-                 if applies(t, label)]
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": size["seeds"], "updates": size["updates"],
-            "learners": list(learners), "hparams": HPARAMS}
-    return X.run_and_report("lambda_choice", HERE, args, cases, meta, report, size["seeds"],
-                            2024, argv)
+    return X.main("lambda_choice", HERE, Args, SIZES, plan, report, 2024, argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
@@ -123,20 +122,16 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return ["table.md", "results.json", "curves.png"]
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    learners = args.learners or size["learners"]
+    games = args.games or size["games"]
+    cases = [case(k, label, size["timesteps"]) for k in games for label in learners]
+    return cases, {"timesteps": size["timesteps"], "learners": list(learners),
+                   "games": list(games), "hparams": HPARAMS}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        learners = args.learners or size["learners"]
-        games = args.games or size["games"]
-        cases = [case(k, label, size["timesteps"]) for k in games for label in learners]
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": size["seeds"], "timesteps": size["timesteps"],
-            "learners": list(learners), "games": list(games), "hparams": HPARAMS}
-    return X.run_and_report("long_term_credit", HERE, args, cases, meta, report, size["seeds"],
-                            2021, argv)
+    return X.main("long_term_credit", HERE, Args, SIZES, plan, report, 2021, argv)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ import pathlib
 import sys
 from typing import Optional
 
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import EvalConfig, TrainConfig
@@ -207,25 +206,21 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return files
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    policies = args.policies or size["policies"]
+    passive = args.passive or size["passive"]
+    active = args.active or size["active"]
+    cases = ([case("passive", L, p, size) for L in passive for p in policies]
+             + [case("active", L, p, size) for L in active for p in policies]
+             + [ktd_case(label, size) for label in args.ktd or size.get("ktd", ())])
+    return cases, {"timesteps": size["timesteps"], "hparams": size["hparams"],
+                   "num_envs": size["num_envs"], "num_steps": size["num_steps"],
+                   "policies": list(policies), "passive": list(passive),
+                   "active": list(active)}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        policies = args.policies or size["policies"]
-        passive = args.passive or size["passive"]
-        active = args.active or size["active"]
-        cases = ([case("passive", L, p, size) for L in passive for p in policies]
-                 + [case("active", L, p, size) for L in active for p in policies]
-                 + [ktd_case(label, size) for label in args.ktd or size.get("ktd", ())])
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": size["seeds"], "timesteps": size["timesteps"],
-            "hparams": size["hparams"],
-            "num_envs": size["num_envs"], "num_steps": size["num_steps"],
-            "policies": list(policies), "passive": list(passive), "active": list(active)}
-    return X.run_and_report("memory_vs_credit", HERE, args, cases, meta, report, size["seeds"],
-                            2023, argv)
+    return X.main("memory_vs_credit", HERE, Args, SIZES, plan, report, 2023, argv)
 
 
 if __name__ == "__main__":

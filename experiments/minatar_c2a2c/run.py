@@ -30,7 +30,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit import stats
@@ -139,28 +138,24 @@ def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
     return ["table.md", "results.json", "curves.png"]
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    games = args.games or size["games"]
+    variants = args.variants or size["variants"]
+    learners = args.learners or size["learners"]
+    bad = [g for g in games if g not in GAMES] + [v for v in variants if v not in VARIANTS]
+    if bad:
+        raise ValueError(f"unknown game(s)/variant(s) {bad}")
+    steps = args.steps or size["steps"]
+    cases = [case(g, v, label, steps, size["hidden"]) for g in games for v in variants
+             for label in learners]
+    return cases, {"steps": steps, "games": list(games), "variants": list(variants),
+                   "learners": list(learners), "hparams": HPARAMS, "num_envs": NUM_ENVS,
+                   "num_steps": NUM_STEPS, "hidden": list(size["hidden"])}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        seeds = size["seeds"]
-        games = args.games or size["games"]
-        variants = args.variants or size["variants"]
-        learners = args.learners or size["learners"]
-        bad = [g for g in games if g not in GAMES] + [v for v in variants if v not in VARIANTS]
-        if bad:
-            raise ValueError(f"unknown game(s)/variant(s) {bad}")
-        steps = args.steps or size["steps"]
-        cases = [case(g, v, label, steps, size["hidden"]) for g in games for v in variants
-                 for label in learners]
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": seeds, "steps": steps, "games": list(games),
-            "variants": list(variants), "learners": list(learners), "hparams": HPARAMS,
-            "num_envs": NUM_ENVS, "num_steps": NUM_STEPS, "hidden": list(size["hidden"])}
-    return X.run_and_report("minatar_c2a2c", HERE, args, cases, meta, report, seeds, 2106,
-                            argv)
+    return X.main("minatar_c2a2c", HERE, Args, SIZES, plan, report, 2106, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -45,7 +45,6 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
@@ -294,27 +293,25 @@ def _plot_best_of_n(path: pathlib.Path, bon: dict) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    out = pathlib.Path(args.out) if args.out else X.default_out("process_supervision")
-    args.out = str(out)
-    out.mkdir(parents=True, exist_ok=True)
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    cases = [rl_case(label, size) for label in RL_LEARNERS] if args.rl else []
+    return cases, {"size_settings": size, "rl_hparams": RL_HPARAMS, "slip": SLIP}
+
+
+def best_of_n_part(out: pathlib.Path, args: Args, size: dict) -> None:
+    """Part 1 (no engine run): best-of-N selection with each reward model, kept in
+    ``out/best_of_n.json`` (a rerun with the same folder reuses it)."""
     if args.best_of_n and not (out / "best_of_n.json").exists():
         start = time.time()
         bon = run_best_of_n(size)
         bon["seconds"] = time.time() - start
         (out / "best_of_n.json").write_text(json.dumps(bon, indent=1))
         print(f"best-of-N done in {bon['seconds']:.0f} s")
-    cases = [rl_case(label, size) for label in RL_LEARNERS] if args.rl else []
-    meta = {"size": args.size, "seeds": size["seeds"], "size_settings": size,
-            "rl_hparams": RL_HPARAMS, "slip": SLIP}
-    return X.run_and_report("process_supervision", HERE, args, cases, meta, report,
-                            size["seeds"], 2023, argv)
+
+
+def main(argv=None) -> int:
+    return X.main("process_supervision", HERE, Args, SIZES, plan, report, 2023, argv,
+                  prepare=best_of_n_part)
 
 
 if __name__ == "__main__":

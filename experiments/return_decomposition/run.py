@@ -42,7 +42,6 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig, make_engine
@@ -227,7 +226,22 @@ def reference_returns(length: int) -> tuple[float, float]:
     return float(best), float(uniform)
 
 
-def report(out: pathlib.Path, recovery: dict, learning: dict, meta: dict) -> list[str]:
+def recovery_of_every_stage(out: pathlib.Path, args: Args, size: dict) -> None:
+    """Part 1 (no agent is trained, so no engine run): every stage's recovery, kept in
+    ``out/recovery.json`` (a rerun with the same folder reuses it)."""
+    path = out / "recovery.json"
+    if not path.exists():
+        seed = 0 if args.seed is None else args.seed
+        path.write_text(json.dumps({name: recovery_part(name, size, seed) for name in STAGES},
+                                   indent=1))
+
+
+def report(out: pathlib.Path, cases: list[X.Case], meta: dict) -> list[str]:
+    recovery = json.loads((out / "recovery.json").read_text())
+    learning = {case.labels["learner"]: dict(learning_part(case, out, meta, meta["seed"]),
+                                             seconds=meta["seconds"][case.name])
+                for case in cases}
+
     def cell(entry, name):
         return X.mean_ci_cell(np.asarray(entry[name])) if name in entry else "—"
 
@@ -259,31 +273,15 @@ def report(out: pathlib.Path, recovery: dict, learning: dict, meta: dict) -> lis
     return ["table.md", "results.json"]
 
 
-def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    out = pathlib.Path(args.out) if args.out else X.default_out("return_decomposition")
-    out.mkdir(parents=True, exist_ok=True)
-    seed = 0 if args.seed is None else args.seed
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
     best, uniform = reference_returns(size["length"])
-    start = time.time()
-    recovery = {name: recovery_part(name, size, seed) for name in STAGES}
-    cases = [learning_case(name, size) for name in LEARNERS]
-    timings = X.run_cases(cases, out, num_seeds=size["seeds"], seed=seed)
-    learning = {}
-    for case in cases:
-        learning[case.labels["learner"]] = dict(
-            learning_part(case, out, size, seed), seconds=timings[case.name]["seconds"])
-    meta = dict(size=args.size, seed=seed, hparams=HPARAMS, optimal_return=best,
-                uniform_return=uniform, wall_seconds=time.time() - start,
-                command="python experiments/return_decomposition/run.py " + " ".join(
-                    sys.argv[1:] if argv is None else argv), **size)
-    files = report(out, recovery, learning, meta)
-    return X.publish_if_asked(args, out, HERE, files)
+    return [learning_case(name, size) for name in LEARNERS], dict(
+        size, hparams=HPARAMS, optimal_return=best, uniform_return=uniform)
+
+
+def main(argv=None) -> int:
+    return X.main("return_decomposition", HERE, Args, SIZES, plan, report, 0, argv,
+                  prepare=recovery_of_every_stage)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ import sys
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit import stats
@@ -265,26 +264,21 @@ def _plot_scaling(path: pathlib.Path, delays, learners, results) -> None:
     plt.close(fig)
 
 
+def plan(args: Args, size: dict) -> tuple[list[X.Case], dict]:
+    delays = args.delays or size["delays"]
+    if any(d < 1 for d in delays):
+        raise ValueError(f"delays must be positive, got {delays}")
+    cases = [delay_case(d, lab, size["sigma"], size["updates"]) for d in delays
+             for lab in (args.learners or DELAY_LEARNERS)]
+    if args.cartpole:
+        cases += [cartpole_case(lab, size["cartpole_steps"]) for lab in CARTPOLE_LEARNERS]
+    return cases, {"updates": size["updates"], "delays": list(delays), "sigma": size["sigma"],
+                   "delay_hparams": DELAY_HPARAMS, "cartpole_hparams": CARTPOLE_HPARAMS,
+                   "cartpole_steps": size["cartpole_steps"], "cartpole_seeds": size["seeds"]}
+
+
 def main(argv=None) -> int:
-    args = tyro.cli(Args, args=argv)
-    try:
-        size = X.chosen_size(SIZES, args)
-        seeds, updates = size["seeds"], size["updates"]
-        delays = args.delays or size["delays"]
-        if any(d < 1 for d in delays):
-            raise ValueError(f"delays must be positive, got {delays}")
-        cases = [delay_case(d, lab, size["sigma"], updates) for d in delays
-                 for lab in (args.learners or DELAY_LEARNERS)]
-        if args.cartpole:
-            cases += [cartpole_case(lab, size["cartpole_steps"]) for lab in CARTPOLE_LEARNERS]
-    except ValueError as err:
-        print(f"run.py: error: {err}", file=sys.stderr)
-        return 2
-    meta = {"size": args.size, "seeds": seeds, "updates": updates, "delays": list(delays),
-            "sigma": size["sigma"], "delay_hparams": DELAY_HPARAMS,
-            "cartpole_hparams": CARTPOLE_HPARAMS, "cartpole_steps": size["cartpole_steps"],
-            "cartpole_seeds": seeds}
-    return X.run_and_report("rudder_delay", HERE, args, cases, meta, report, seeds, 1999, argv)
+    return X.main("rudder_delay", HERE, Args, SIZES, plan, report, 1999, argv)
 
 
 if __name__ == "__main__":

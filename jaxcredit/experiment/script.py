@@ -1,0 +1,180 @@
+"""The command-line shell of an experiment script: its shared flags (:class:`OutputArgs`), its
+size, ``--set`` / ``--hparam`` overrides, the output folder, the runs, the report and
+``--publish`` (:func:`main`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shutil
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import tyro
+
+from jaxcredit.agents.config import Hparams
+from jaxcredit.experiment.runs import Case, default_out, run_cases
+from jaxcredit.flags import parse_options
+
+
+def publish(out: pathlib.Path, results: pathlib.Path, files: Sequence[str],
+            force: bool = False) -> list[pathlib.Path]:
+    """Copies report ``files`` from ``out`` into the committed ``results`` folder.
+
+    Refuses (one-line ValueError, nothing copied) if a file would be replaced and not ``force``.
+    """
+    out, results = pathlib.Path(out), pathlib.Path(results)
+    clashes = [name for name in files if (results / name).exists()]
+    if clashes and not force:
+        raise ValueError(f"{results} already holds {', '.join(clashes)}; pass --force to "
+                         "replace the published results")
+    results.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for name in files:
+        shutil.copy2(out / name, results / name)
+        copied.append(results / name)
+    return copied
+
+
+@dataclasses.dataclass
+class OutputArgs:
+    """Where an experiment script writes (the flags every ``experiments/*/run.py`` shares)."""
+
+    out: str | None = None
+    """output folder (default: a new one under runs/experiments/); rerun with the same folder to
+    resume an interrupted experiment"""
+    publish: bool = False
+    """copy the report into the experiment's committed results/ folder"""
+    force: bool = False
+    """with --publish: replace the published report"""
+    seed: Optional[int] = None
+    """base seed of the runs (default: the experiment's own, that of its published results);
+    another seed gives a held-out replicate, e.g. for a setting chosen on the published seeds"""
+    set: tuple[str, ...] = ()
+    """FIELD=VALUE: a train-config field (by its flag name, underscores: estimator_fit_steps=8)
+    set in every run, for an ablation of the published settings (give it its own --out)"""
+    hparam: tuple[str, ...] = ()
+    """FIELD=VALUE: a hyper-parameter (Hparams: estimator_lr=1e-2) set in every run"""
+
+
+def chosen_size(sizes: dict, args: Any) -> dict:
+    """The settings of the size ``args.size``, with the script's ``--seeds`` and ``--updates``
+    (where it has them) overriding the size's; a ValueError for an unknown size or fewer than
+    2 seeds (no confidence interval)."""
+    if args.size not in sizes:
+        raise ValueError(f"--size must be one of {', '.join(sizes)}")
+    size = dict(sizes[args.size])
+    for name in ("seeds", "updates"):
+        if getattr(args, name, None):
+            size[name] = getattr(args, name)
+    if size["seeds"] < 2:
+        raise ValueError("need at least 2 seeds")
+    return size
+
+
+def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Sequence[Case],
+                   meta: dict, report: Callable, num_seeds: int, seed: int,
+                   argv: Sequence[str] | None = None, num_chunks: int = 4) -> int:
+    """An experiment script's second half: train ``cases`` into ``args.out`` (or a new folder),
+    write ``report(out, cases, meta) -> files`` with the timings and the command added to
+    ``meta``, and publish into ``here/results`` if asked. Returns the exit status (2 when the
+    published results would be replaced without ``--force``)."""
+    out = pathlib.Path(args.out) if args.out else default_out(name)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    seed = seed if args.seed is None else args.seed
+    timings = run_cases(cases, out, num_seeds=num_seeds, seed=seed, num_chunks=num_chunks)
+    meta = dict(meta, seed=seed, seconds={k: v["seconds"] for k, v in timings.items()},
+                train_seconds=sum(v["seconds"] or 0.0 for v in timings.values()),
+                wall_seconds=time.time() - start,
+                command=f"python experiments/{name}/run.py " + " ".join(
+                    sys.argv[1:] if argv is None else argv))
+    files = report(out, cases, meta)
+    print(f"report in {out}: {', '.join(files)}")
+    return publish_if_asked(args, out, here, files)
+
+
+def with_overrides(cases: Sequence[Case], fields: Sequence[tuple[str, Any]],
+                   hparams: Sequence[tuple[str, Any]]) -> list[Case]:
+    """``cases`` with the train-config ``fields`` (flat names) and the hyper-parameters
+    ``hparams`` set in every one (``--set``, ``--hparam``); a ValueError names an unknown
+    field."""
+    unknown = sorted({name for name, _ in hparams} - {f.name for f in
+                                                       dataclasses.fields(Hparams)})
+    if unknown:
+        raise ValueError(f"--hparam: Hparams has no field(s) {', '.join(unknown)}")
+    return [dataclasses.replace(
+        case, config=case.config.replace(**dict(fields)) if fields else case.config,
+        settings=tuple(dict(setting, **dict(hparams)) for setting in case.settings))
+        for case in cases]
+
+
+def main(name: str, here: pathlib.Path, args_type: type, sizes: dict,
+         plan: Callable[[Any, dict], tuple[Sequence[Case], dict]], report: Callable,
+         seed: int, argv: Sequence[str] | None = None, num_chunks: int = 4,
+         prepare: Optional[Callable[[pathlib.Path, Any, dict], None]] = None,
+         passed: Optional[Callable[[pathlib.Path], bool]] = None) -> int:
+    """The ``main`` of an experiment script (``experiments/<name>/run.py``).
+
+    Parses the flags of ``args_type`` (an :class:`OutputArgs` with a ``size``), reads the size
+    (:func:`chosen_size`) and asks ``plan(args, size)`` for ``(cases, meta)``; a ``ValueError``
+    there is the user's mistake, one ``run.py: error:`` line and exit status 2, before anything
+    trains. Then ``prepare(out, args, size)`` (work of the script's own that is not an engine
+    run), the cases and the report (:func:`run_and_report`, ``meta`` with the size's name and
+    seeds added), and exit status 1 where ``passed(out)`` says the report misses its bars.
+    ``seed``: the base seed of the published results."""
+    args = tyro.cli(args_type, args=argv)
+    try:
+        size = chosen_size(sizes, args)
+        cases, meta = plan(args, size)
+        cases = with_overrides(cases, parse_options(args.set, "--set"),
+                               parse_options(args.hparam, "--hparam"))
+    except ValueError as err:
+        print(f"run.py: error: {err}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out) if args.out else default_out(name)
+    args.out = str(out)
+    if prepare is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        prepare(out, args, size)
+    meta = {"size": args.size, "seeds": size["seeds"], **meta}
+    if args.set or args.hparam:
+        meta["overrides"] = {"set": list(args.set), "hparam": list(args.hparam)}
+    status = run_and_report(name, here, args, cases, meta, report, size["seeds"], seed, argv,
+                            num_chunks)
+    if status == 0 and passed is not None and not passed(out):
+        return 1
+    return status
+
+
+def publish_if_asked(args: OutputArgs, out: pathlib.Path, here: pathlib.Path,
+                     files: Sequence[str], script: str = "run.py") -> int:
+    """A script's last step: with ``--publish``, copy ``files`` into ``here/results``
+    (:func:`publish`). Returns the exit status: 2 with one line on stderr when published results
+    would be replaced without ``--force``, else 0."""
+    if not args.publish:
+        return 0
+    try:
+        publish(out, pathlib.Path(here) / "results", files, args.force)
+    except ValueError as err:
+        print(f"{script}: error: {err}", file=sys.stderr)
+        return 2
+    print(f"published to {pathlib.Path(here) / 'results'}")
+    return 0
+
+
+def print_report(make_lines: Callable[[], Sequence[str]], out: Optional[str] = None,
+                 errors: tuple = (ValueError, OSError, KeyError)) -> int:
+    """The ``main`` of a script that reads finished runs and prints a markdown report: the
+    lines ``make_lines()`` builds, printed and, with ``out``, written there; a user's mistake
+    (a missing run, a run without the metric) is one ``error:`` line and exit status 2."""
+    try:
+        text = "\n".join(make_lines())
+    except errors as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    if out:
+        pathlib.Path(out).write_text(text)
+    return 0
