@@ -82,6 +82,7 @@ def _hook_experiment(tmp_path, calls: list, bars_met: bool):
 
     def report(out, cases, meta):
         calls.append(("report", meta["size"], meta["seeds"], meta["extra"], cases))
+        assert "commit" in meta and "command" in meta  # what reproduces the table
         (out / "table.md").write_text("t")
         return ["table.md"]
 

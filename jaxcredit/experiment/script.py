@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import shutil
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -73,6 +74,22 @@ def chosen_size(sizes: dict, args: Any) -> dict:
     return size
 
 
+def source_revision() -> Optional[str]:
+    """The git commit of the jaxcredit checkout that ran (``+`` when it had uncommitted
+    changes), recorded with every report so a table can be reproduced exactly; None outside
+    a git checkout."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                "jaxcredit"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+" if dirty else "")
+
+
 def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Sequence[Case],
                    meta: dict, report: Callable, num_seeds: int, seed: int,
                    argv: Sequence[str] | None = None, num_chunks: int = 4) -> int:
@@ -85,7 +102,8 @@ def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Seque
     start = time.time()
     seed = seed if args.seed is None else args.seed
     timings = run_cases(cases, out, num_seeds=num_seeds, seed=seed, num_chunks=num_chunks)
-    meta = dict(meta, seed=seed, seconds={k: v["seconds"] for k, v in timings.items()},
+    meta = dict(meta, seed=seed, commit=source_revision(),
+                seconds={k: v["seconds"] for k, v in timings.items()},
                 train_seconds=sum(v["seconds"] or 0.0 for v in timings.values()),
                 wall_seconds=time.time() - start,
                 command=f"python experiments/{name}/run.py " + " ".join(
