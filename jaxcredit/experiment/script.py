@@ -99,10 +99,10 @@ def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Seque
     published results would be replaced without ``--force``)."""
     out = pathlib.Path(args.out) if args.out else default_out(name)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
+    start, commit = time.time(), source_revision()  # the code that trains, read before it does
     seed = seed if args.seed is None else args.seed
     timings = run_cases(cases, out, num_seeds=num_seeds, seed=seed, num_chunks=num_chunks)
-    meta = dict(meta, seed=seed, commit=source_revision(),
+    meta = dict(meta, seed=seed, commit=commit,
                 seconds={k: v["seconds"] for k, v in timings.items()},
                 train_seconds=sum(v["seconds"] or 0.0 for v in timings.values()),
                 wall_seconds=time.time() - start,
