@@ -1,6 +1,6 @@
-"""OPTIMISE against optax: the engine's Adam steps run on one flat vector of the parameters
-(``jaxcredit.agents.optimise``); the parameters and the optimiser state after the epochs must
-be what optax's clip-then-Adam chain gives leaf by leaf on the same minibatches."""
+"""OPTIMISE against optax: after the engine's epochs of minibatch Adam steps
+(``jaxcredit.agents.optimise``, ``jaxcredit.fitting.adam_step``), the parameters and the
+optimiser state must be what optax's clip-then-Adam chain gives on the same minibatches."""
 
 import jax
 import jax.numpy as jnp
