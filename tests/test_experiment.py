@@ -135,6 +135,19 @@ def test_overrides_set_config_fields_and_hparams_in_every_case():
     assert X.with_overrides(cases, (), ()) == cases
 
 
+def test_overrides_read_tuple_and_options_fields_from_their_text():
+    from jaxcredit.agents import TrainConfig
+
+    cases = [X.Case("a", TrainConfig.from_flat(algo="a2c", estimator="hca_return"))]
+    for text in ("128,64", "(128, 64)", "[128,64]"):
+        new = X.with_overrides(cases, (("hidden_sizes", text),), ())
+        assert new[0].config.flat()["hidden_sizes"] == (128, 64)
+    assert X.with_overrides(cases, (("hidden_sizes", 32),), ())[0].config.hidden_sizes == (32,)
+    new = X.with_overrides(cases, (("estimator_options", "state_input=agent_state,bins=5"),), ())
+    assert dict(new[0].config.flat()["estimator_options"]) == {"bins": 5,
+                                                               "state_input": "agent_state"}
+
+
 def test_bad_overrides_are_one_line_before_anything_runs(tmp_path, capsys):
     from jaxcredit.agents import TrainConfig
 
@@ -143,6 +156,8 @@ def test_bad_overrides_are_one_line_before_anything_runs(tmp_path, capsys):
 
     for argv, message in ((["--set", "estimator_fit_stepz=8"], "no field(s) estimator_fit_stepz"),
                           (["--set", "eight"], "--set must look like KEY=VALUE"),
+                          (["--set", "hidden_sizes=-3,4"], "hidden_sizes must be positive"),
+                          (["--set", "num_envs=0"], "num_envs must be a positive integer"),
                           (["--hparam", "lrr=1"], "--hparam: Hparams has no field(s) lrr")):
         status = X.main("hooks", tmp_path, _HookArgs, {"s": dict(seeds=2)}, plan,
                         lambda *a: [], 0, [*argv, "--out", str(tmp_path / "out")])

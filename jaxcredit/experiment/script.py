@@ -14,9 +14,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import tyro
 
-from jaxcredit.agents.config import Hparams
+from jaxcredit.agents.config import OPTION_FIELDS, Hparams
 from jaxcredit.experiment.runs import Case, default_out, run_cases
-from jaxcredit.flags import parse_options
+from jaxcredit.flags import literal, parse_options
 
 
 def publish(out: pathlib.Path, results: pathlib.Path, files: Sequence[str],
@@ -122,10 +122,29 @@ def with_overrides(cases: Sequence[Case], fields: Sequence[tuple[str, Any]],
                                                        dataclasses.fields(Hparams)})
     if unknown:
         raise ValueError(f"--hparam: Hparams has no field(s) {', '.join(unknown)}")
-    return [dataclasses.replace(
-        case, config=case.config.replace(**dict(fields)) if fields else case.config,
-        settings=tuple(dict(setting, **dict(hparams)) for setting in case.settings))
-        for case in cases]
+    out = []
+    for case in cases:
+        config = case.config
+        if fields:
+            flat = config.flat()
+            config = config.replace(**{name: _as_field(name, value, flat)
+                                       for name, value in fields})
+            config.resolved()  # a bad value is one line here, before anything trains
+        out.append(dataclasses.replace(case, config=config, settings=tuple(
+            dict(setting, **dict(hparams)) for setting in case.settings)))
+    return out
+
+
+def _as_field(name: str, value: Any, flat: dict) -> Any:
+    """A ``--set`` value in its field's form: a tuple field takes comma-separated items
+    (``hidden_sizes=128,128``, brackets allowed), an options field ``key=value`` items
+    (``estimator_options=state_input=agent_state``)."""
+    if name not in flat or not isinstance(flat[name], tuple) or isinstance(value, tuple):
+        return value  # an unknown name is refused by TrainConfig.replace
+    items = [item.strip() for item in str(value).strip("()[] ").split(",") if item.strip()]
+    if name in OPTION_FIELDS:
+        return parse_options(items, f"--set {name}")
+    return tuple(literal(item) for item in items)
 
 
 def main(name: str, here: pathlib.Path, args_type: type, sizes: dict,
