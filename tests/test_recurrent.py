@@ -72,6 +72,30 @@ def test_the_agent_state_a_stage_reads_is_the_memory_the_agent_acted_with():
     np.testing.assert_allclose(traj.agent_state, jnp.stack(expected), atol=1e-5)
 
 
+def test_rudder_on_the_agent_state_stores_and_fits_the_states_the_agent_had():
+    """RUDDER with ``inputs="agent_state"`` in the engine: the lessons buffer holds the agent's
+    recorded states (16 wide, the GRU's width) of whole episodes, and the return model is
+    fitted on them (its parameters move) with finite metrics."""
+    eng = engine(updates=4, redistribute="rudder", redistribute_options=(
+        ("inputs", "agent_state"), ("features", 8), ("lessons", 8), ("batch_episodes", 4)))
+    state = jax.jit(eng.init)(jax.random.key(0))
+    before = state.redistributor.params
+    update = jax.jit(eng.update_step)
+    for _ in range(4):
+        state, metrics = update(state, Hparams())
+    assert all(np.isfinite(float(v)) for k, v in metrics.items()
+               if k.startswith("redistribute/") and "prediction_error" not in k), metrics
+    lessons = state.redistributor.memory.episodes
+    assert lessons.lessons.obs.shape[-1] == 16
+    filled = np.isfinite(np.asarray(lessons.priority))
+    assert filled.sum() >= 4
+    stored = np.asarray(lessons.lessons.obs)[filled][:, 0]  # each episode's first state
+    assert np.abs(stored).max() > 0  # a GRU's output, not the 2-number observation
+    moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), state.redistributor.params,
+                         before)
+    assert max(jax.tree.leaves(moved)) > 0
+
+
 @pytest.mark.parametrize("policy", ["gru", "lstm", "lru"])
 def test_the_memory_is_zeroed_where_an_episode_starts(policy):
     net = make_agent_network(policy, ActionDistribution("categorical", 4), (8, 8), "relu", 1, 0.0)

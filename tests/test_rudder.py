@@ -130,7 +130,14 @@ def _episode_sums(windows, key_name):
 # warm-up (closed for the first window, open after: an episode spans the switch) and the quality
 # gate (q moves with the random model's errors, so it opens and closes).
 REGIMES = {"plain": {}, "delta": {"inputs": "delta", "input_gate_bias": -3.0},
-           "warmup": {"warmup_episodes": 10}, "gate": {"quality_threshold": 0.2}}
+           "warmup": {"warmup_episodes": 10}, "gate": {"quality_threshold": 0.2},
+           "agent_state": {"inputs": "agent_state"}}
+
+
+def _with_agent_state(rng, window, size=3):
+    """The window with a random recurrent agent state ``[T, N, size]`` recorded."""
+    T, N = window.reward.shape
+    return window.replace(agent_state=jnp.asarray(rng.normal(size=(T, N, size)), jnp.float32))
 
 
 @pytest.mark.parametrize("regime", sorted(REGIMES))
@@ -139,7 +146,7 @@ REGIMES = {"plain": {}, "delta": {"inputs": "delta", "input_gate_bias": -3.0},
 def test_redistributed_rewards_sum_to_each_episode_return(cell, seed, regime):
     """Random model parameters, episode ends of both kinds, episodes spanning four windows."""
     rng = np.random.default_rng(seed)
-    windows = [_random_window(rng, 16, 5) for _ in range(4)]
+    windows = [_with_agent_state(rng, _random_window(rng, 16, 5)) for _ in range(4)]
     rudder = make_redistributor("rudder", cell=cell, features=8, lessons=32, horizon=64,
                                 **REGIMES[regime])
     params = rudder.init(jax.random.key(seed), windows[0])
@@ -205,7 +212,8 @@ def test_quality_is_one_minus_the_running_error_over_the_return_variance():
         assert float(metrics["redistributing"]) == expected
 
 
-@pytest.mark.parametrize("inputs,continuous", [("obs", False), ("delta", False), ("obs", True)])
+@pytest.mark.parametrize("inputs,continuous", [("obs", False), ("delta", False), ("obs", True),
+                                               ("agent_state", False)])
 def test_the_fit_reads_stored_episodes_as_the_stream_read_them(inputs, continuous):
     """One episode of 6 steps in one window: its final-step error written as its priority while
     redistributing (the stream) equals the main loss of the fit on it (the lessons buffer), so
@@ -216,6 +224,7 @@ def test_the_fit_reads_stored_episodes_as_the_stream_read_them(inputs, continuou
     window = window.replace(truncated=jnp.zeros((6, 1), bool).at[5, 0].set(True))
     if continuous:
         window = window.replace(action=jnp.asarray(rng.normal(size=(6, 1, 2)), jnp.float32))
+    window = _with_agent_state(rng, window)
     rudder = make_redistributor("rudder", features=8, lessons=4, horizon=8, return_scale=1.0,
                                 inputs=inputs)
     params = rudder.init(jax.random.key(2), window)
@@ -227,6 +236,29 @@ def test_the_fit_reads_stored_episodes_as_the_stream_read_them(inputs, continuou
     _, metrics = rudder.loss(params, batch, None, jax.random.key(0))
     np.testing.assert_allclose(float(metrics["main_loss"]),
                                float(np.asarray(memory.episodes.priority)[filled][0]), rtol=1e-5)
+
+
+def test_agent_state_inputs_read_the_agent_state_in_place_of_the_observation():
+    """``inputs="agent_state"``: the redistribution changes with the recorded agent state and
+    not with the observation, and the lessons buffer stores the states (``[N, H, 3]``)."""
+    rng = np.random.default_rng(7)
+    window = _with_agent_state(rng, _random_window(rng, 8, 2, end_prob=0.0))
+    rudder = make_redistributor("rudder", features=8, lessons=4, horizon=16,
+                                inputs="agent_state")
+    assert rudder.reads_agent_state
+    assert not make_redistributor("rudder", horizon=16).reads_agent_state
+    params = rudder.init(jax.random.key(0), window)
+    memory = rudder.init_memory(window)
+    assert memory.episodes.running.obs.shape[-1] == 3
+
+    def rewards(w):
+        return np.asarray(rudder.redistribute(params, w, jax.random.key(0), memory)[0].reward)
+
+    base = rewards(window)
+    np.testing.assert_array_equal(rewards(window.replace(obs=window.obs + 5.0)), base)
+    assert not np.allclose(rewards(window.replace(agent_state=window.agent_state + 1.0)), base)
+    with pytest.raises(ValueError, match="inputs=agent_state reads the agent's recurrent state"):
+        rudder.redistribute(params, window.replace(agent_state=None), jax.random.key(0), memory)
 
 
 def test_carry_resets_at_episode_start():
@@ -250,7 +282,7 @@ def test_carry_resets_at_episode_start():
 def test_bad_options_are_one_line_errors():
     with pytest.raises(ValueError, match="cell must be one of"):
         make_redistributor("rudder", cell="gru")
-    with pytest.raises(ValueError, match="inputs must be one of obs, delta"):
+    with pytest.raises(ValueError, match="inputs must be one of obs, delta, agent_state"):
         make_redistributor("rudder", inputs="diff")
     with pytest.raises(ValueError, match="warmup_episodes must be >= 0"):
         make_redistributor("rudder", warmup_episodes=-1)

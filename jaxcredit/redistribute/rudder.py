@@ -14,7 +14,7 @@ model that predicts G from step k on puts all reward on step k; a perfect model 
 return makes r̃_t = q̃(s_t, a_t) − q̃(s_{t−1}, a_{t−1}): the reward lands where the return's
 expectation changes, on the decisive actions.
 
-Model (``jaxcredit.redistribute.rudder.ReturnModel``): input at step t is
+Model (``jaxcredit.redistribute.rudder_model.ReturnModel``): input at step t is
 ``[obs_t, features(a_t), r_{t−1} / scale]`` (the previous reward lets the model add up rewards
 that are not delayed; the current reward is not an input, or the last step's prediction would
 read the delayed return off its input), an LSTM cell, a linear output. Two cells:
@@ -54,6 +54,14 @@ and, in the engine, fitting until a running loss threshold (``redistribute_fit_u
 Either fallback keeps return-equivalence: with the gate closed the prediction used is the return
 so far, so r̃_t = r_t plus, at a window's first step, what a running episode is still owed.
 
+On a partially observed task, ``inputs="agent_state"`` makes the model read the recurrent
+agent's state (``Trajectory.agent_state``: the core's output after reading o_t; needs a
+recurrent ``--policy``) in place of the observation. The LSTM still has its own memory; the
+agent's state adds what the agent has learned to keep. The lessons buffer then stores the
+states the agent had when it played the episode: as the agent's network changes, an old lesson
+describes states it no longer produces (the staleness of R2D2's stored recurrent states), and
+the priorities' decay bounds how long such a lesson stays.
+
 Not implemented from the paper: the Atari version's extra auxiliary outputs (mean reward over the
 next 10 steps, return still to come), integrated-gradients contribution analysis, and the Atari
 mix of redistributed reward and value.
@@ -64,62 +72,21 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import chex
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxcredit.networks import orthogonal
-from jaxcredit.policies import action_features
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.redistribute import lessons as lessons_lib
+from jaxcredit.redistribute.rudder_model import CELLS, ReturnModel, step_inputs
 from jaxcredit.types import Trajectory
 
 Array = jax.Array
 
-CELLS = ("lstm", "rudder")
-INPUTS = ("obs", "delta")
+INPUTS = ("obs", "delta", "agent_state")
 QUALITY_DECAY = 0.9  # per window with finished episodes: the running MSE behind the quality
 # Episodes kept when the environment states no time limit.
 DEFAULT_MAX_EPISODE_STEPS = 1000
-
-
-class RudderCell(nn.Module):
-    """The RUDDER LSTM cell without forget and output gates (module docstring).
-
-    Carry ``(c, h)`` like flax's cells; ``h = c``.
-    """
-
-    features: int
-    input_gate_bias: float = 0.0
-
-    @nn.compact
-    def __call__(self, carry, x):
-        c, h = carry
-        z = jnp.tanh(nn.Dense(self.features, kernel_init=nn.initializers.normal(0.1),
-                              name="cell_input")(x))
-        bias = nn.initializers.constant(self.input_gate_bias)
-        gate = jax.nn.sigmoid(nn.Dense(self.features, bias_init=bias, name="input_gate")(h))
-        c = c + gate * z
-        return (c, c), c
-
-
-class ReturnModel(nn.Module):
-    """One step of the return predictor: ``(carry, x [B, D]) -> (carry, g [B])``."""
-
-    features: int = 16
-    cell: str = "lstm"
-    input_gate_bias: float = 0.0
-
-    @nn.compact
-    def __call__(self, carry, x):
-        if self.cell == "rudder":
-            carry, h = RudderCell(self.features, self.input_gate_bias,
-                                  name="rudder_cell")(carry, x)
-        else:
-            carry, h = nn.OptimizedLSTMCell(self.features, recurrent_kernel_init=orthogonal(),
-                                            name="lstm_cell")(carry, x)
-        return carry, nn.Dense(1, name="output")(h)[..., 0]
 
 
 @struct.dataclass
@@ -151,19 +118,6 @@ class RudderMemory:
     squared_error: Array
     return_moments: Array
     num_actions: int = struct.field(pytree_node=False, default=0)
-
-
-def _inputs(obs: Array, action: Array, prev_reward: Array, num_actions: int,
-            scale: Array, prev_obs: Optional[Array] = None) -> Array:
-    """``[..., D]`` model input of a step: flat observation (or with ``prev_obs`` the change
-    Δ_t = o_t − o_{t−1}), the action's features (one-hot for a discrete action, the vector
-    itself for a continuous one: ``jaxcredit.policies.action_features``), previous reward."""
-    batch = prev_reward.shape
-    flat = obs.reshape(batch + (-1,)).astype(jnp.float32)
-    if prev_obs is not None:
-        flat = flat - prev_obs.reshape(batch + (-1,)).astype(jnp.float32)
-    return jnp.concatenate([flat, action_features(action, num_actions),
-                            (prev_reward / scale)[..., None]], axis=-1)
 
 
 def prediction_differences(prediction: Array, reward: Array, done: Array,
@@ -295,9 +249,11 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
       max_episode_steps: longest episode stored (H); default: the environment's time limit
         (``horizon``, passed by the engine), else 1000.
       horizon: the environment's time limit (the engine passes it).
-      inputs: ``obs`` (the observation o_t) or ``delta`` (Δ_t = o_t − o_{t−1}, o_{−1} = 0:
+      inputs: ``obs`` (the observation o_t), ``delta`` (Δ_t = o_t − o_{t−1}, o_{−1} = 0:
         the demonstration code's state differences, so the last state alone cannot give the
-        return away).
+        return away) or ``agent_state`` (the recurrent agent's state after reading o_t,
+        ``Trajectory.agent_state``: what the agent remembers, for partially observed tasks;
+        the lessons buffer stores the states the agent had when it played the episode).
       input_gate_bias: initial bias of the ``rudder`` cell's input gate (demonstration code:
         −3, so the cell starts by writing little).
       warmup_episodes: the model is fitted and its redistribution used only once the lessons
@@ -338,24 +294,34 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
     aux_weight, fixed_scale = float(aux_weight), float(return_scale)
     delta, warmup = inputs == "delta", int(warmup_episodes)
 
+    def seen(traj: Trajectory) -> Array:
+        """``[T, N, ...]`` what the model reads of each step besides action and reward."""
+        if inputs != "agent_state":
+            return traj.obs
+        if traj.agent_state is None:
+            raise ValueError("rudder with inputs=agent_state reads the agent's recurrent state: "
+                             "train it with a recurrent --policy")
+        return traj.agent_state
+
     def zero_carry(batch: int):
         zeros = jnp.zeros((batch, features), jnp.float32)
         return (zeros, zeros)
 
     def init(key: Array, example: Trajectory):
         num_actions = example.logits.shape[-1]
-        x = _inputs(example.obs[0], example.action[0], example.reward[0], num_actions,
+        x = step_inputs(seen(example)[0], example.action[0], example.reward[0], num_actions,
                     jnp.float32(1.0))
         return network.init(key, zero_carry(x.shape[0]), x)
 
     def init_memory(example: Trajectory) -> RudderMemory:
         num_envs = example.action.shape[1]
         zeros = jnp.zeros((num_envs,), jnp.float32)
-        episodes = lessons_lib.init_memory(num_envs, lessons, steps, example.obs.shape[2:],
-                                           example.obs.dtype, example.action.shape[2:],
+        stored = seen(example)
+        episodes = lessons_lib.init_memory(num_envs, lessons, steps, stored.shape[2:],
+                                           stored.dtype, example.action.shape[2:],
                                            example.action.dtype)
         return RudderMemory(carry=zero_carry(num_envs), prediction=zeros, return_so_far=zeros,
-                            prev_reward=zeros, prev_obs=jnp.zeros_like(example.obs[0]),
+                            prev_reward=zeros, prev_obs=jnp.zeros_like(stored[0]),
                             scale=jnp.float32(max(fixed_scale, 1.0)), episodes=episodes,
                             squared_error=jnp.float32(jnp.nan),
                             return_moments=jnp.full((2,), jnp.nan, jnp.float32),
@@ -394,14 +360,14 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         def model_step(carry_prev, t):
             carry, prev_reward, prev_obs = carry_prev
             obs, action, reward, done = t
-            x = _inputs(obs, action, prev_reward, num_actions, scale,
+            x = step_inputs(obs, action, prev_reward, num_actions, scale,
                         prev_obs if delta else None)
             carry, g = network.apply(params, carry, x)
             reset = lambda x: jnp.where(  # noqa: E731
                 done.reshape(done.shape + (1,) * (x.ndim - 1)), jnp.zeros_like(x), x)
             return (jax.tree.map(reset, carry), reset(reward), reset(obs)), g * scale
 
-        steps = (traj.obs, traj.action, traj.reward, traj.done)
+        steps = (seen(traj), traj.action, traj.reward, traj.done)
         (carry, prev_reward, prev_obs), g = jax.lax.scan(
             model_step, (memory.carry, memory.prev_reward, memory.prev_obs), steps)
         _, episode_return, _, _ = prediction_differences(
@@ -465,7 +431,7 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         prev = jnp.concatenate([jnp.zeros_like(reward[:1]), reward[:-1]])
         obs, action = jnp.swapaxes(episodes.obs, 0, 1), jnp.swapaxes(episodes.action, 0, 1)
         prev_obs = jnp.concatenate([jnp.zeros_like(obs[:1]), obs[:-1]]) if delta else None
-        x = _inputs(obs, action, prev, num_actions, scale, prev_obs)
+        x = step_inputs(obs, action, prev, num_actions, scale, prev_obs)
         _, g = jax.lax.scan(lambda c, xt: network.apply(params, c, xt),
                             zero_carry(action.shape[1]), x)
         return g
@@ -487,4 +453,4 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
 
     return Redistributor(name="rudder", redistribute=redistribute, init=init,
                          loss=loss, learned=True, init_memory=init_memory, sample=sample,
-                         continuous_actions=True)
+                         continuous_actions=True, reads_agent_state=inputs == "agent_state")
