@@ -68,6 +68,10 @@ RMA = {"policy": "rma", "adam_eps": 1e-6}
 KTD_LEARNERS = {"PPO+GAE γ=1": ("PPO+GAE", {"gamma": 1.0}),
                 "PPO+GAE γ=0.9": ("PPO+GAE", {"gamma": 0.9}),
                 "PPO+RUDDER": ("PPO+RUDDER", {"gamma": 1.0}),
+                # RUDDER's LSTM on the agent's GRU state instead of the observation.
+                "PPO+RUDDER (agent state)": (
+                    "PPO+RUDDER", {"gamma": 1.0},
+                    {"redistribute_options": (("inputs", "agent_state"),)}),
                 "A2C+GAE γ=1": ("A2C+GAE", {"gamma": 1.0}),
                 "A2C+hca_return": ("hca_return", {"gamma": 1.0}),
                 # h(a | x, Z) on the agent's own GRU state, which knows whether the key was
