@@ -120,6 +120,19 @@ def test_main_plan_errors_are_one_line_before_anything_runs(tmp_path, capsys):
     assert calls == [] and not (tmp_path / "out").exists()
 
 
+def test_every_repeated_set_and_hparam_counts():
+    """``--set a --set b`` keeps both (a plain tuple flag would keep only the last, silently),
+    and ``--set a b`` still works."""
+    import tyro
+
+    from jaxcredit.flags import flat
+
+    args = tyro.cli(_HookArgs, args=["--set", "hidden_sizes=128,128", "--set", "activation=relu",
+                                     "num_envs=2", "--hparam", "lr=1", "--hparam", "gamma=0.9"])
+    assert flat(args.set) == ("hidden_sizes=128,128", "activation=relu", "num_envs=2")
+    assert flat(args.hparam) == ("lr=1", "gamma=0.9")
+
+
 def test_overrides_set_config_fields_and_hparams_in_every_case():
     from jaxcredit.agents import TrainConfig
 

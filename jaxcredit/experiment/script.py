@@ -16,7 +16,7 @@ import tyro
 
 from jaxcredit.agents.config import OPTION_FIELDS, Hparams
 from jaxcredit.experiment.runs import Case, default_out, run_cases
-from jaxcredit.flags import literal, parse_options
+from jaxcredit.flags import Repeatable, flat, literal, parse_options
 
 
 def publish(out: pathlib.Path, results: pathlib.Path, files: Sequence[str],
@@ -52,10 +52,10 @@ class OutputArgs:
     seed: Optional[int] = None
     """base seed of the runs (default: the experiment's own, that of its published results);
     another seed gives a held-out replicate, e.g. for a setting chosen on the published seeds"""
-    set: tuple[str, ...] = ()
+    set: Repeatable = ()
     """FIELD=VALUE: a train-config field (by its flag name, underscores: estimator_fit_steps=8)
     set in every run, for an ablation of the published settings (give it its own --out)"""
-    hparam: tuple[str, ...] = ()
+    hparam: Repeatable = ()
     """FIELD=VALUE: a hyper-parameter (Hparams: estimator_lr=1e-2) set in every run"""
 
 
@@ -165,8 +165,8 @@ def main(name: str, here: pathlib.Path, args_type: type, sizes: dict,
     try:
         size = chosen_size(sizes, args)
         cases, meta = plan(args, size)
-        cases = with_overrides(cases, parse_options(args.set, "--set"),
-                               parse_options(args.hparam, "--hparam"))
+        cases = with_overrides(cases, parse_options(flat(args.set), "--set"),
+                               parse_options(flat(args.hparam), "--hparam"))
     except ValueError as err:
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
@@ -177,7 +177,7 @@ def main(name: str, here: pathlib.Path, args_type: type, sizes: dict,
         prepare(out, args, size)
     meta = {"size": args.size, "seeds": size["seeds"], **meta}
     if args.set or args.hparam:
-        meta["overrides"] = {"set": list(args.set), "hparam": list(args.hparam)}
+        meta["overrides"] = {"set": list(flat(args.set)), "hparam": list(flat(args.hparam))}
     status = run_and_report(name, here, args, cases, meta, report, size["seeds"], seed, argv,
                             num_chunks)
     if status == 0 and passed is not None and not passed(out):
