@@ -29,6 +29,27 @@ def test_scripts_default_to_a_fresh_folder(script):
     assert args.out is None and not args.publish and not args.force
 
 
+# Every script with the shared flags, the run.py scripts and the others beside them.
+FLAGGED = sorted(p for p in (ROOT / "experiments").glob("*/*.py")
+                 if "OutputArgs" in p.read_text())
+
+
+@pytest.mark.parametrize("script", FLAGGED, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_script_applies_or_refuses_the_overrides(script, tmp_path, capsys):
+    """No script takes ``--set`` and then ignores it: an unknown field is refused in one line
+    (exit 2) before anything trains, by the shared ``main`` or by the script's own refusal."""
+    name = f"experiment_{script.parent.name}_{script.stem}"
+    spec = importlib.util.spec_from_file_location(name, script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "out"
+    assert module.main(["--set", "no_such_field=1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error:" in err[0] and "--set" in err[0], err
+    assert not out.exists()
+
+
 def test_default_out_is_new_and_outside_results():
     out = X.default_out("hca_tasks")
     assert out.parts[:2] == ("runs", "experiments") and out.name.startswith("hca_tasks-")
@@ -159,6 +180,24 @@ def test_overrides_read_tuple_and_options_fields_from_their_text():
     new = X.with_overrides(cases, (("estimator_options", "state_input=agent_state,bins=5"),), ())
     assert dict(new[0].config.flat()["estimator_options"]) == {"bins": 5,
                                                                "state_input": "agent_state"}
+    assert X.with_overrides(cases, (("total_timesteps", 1e6),), ())[0].config.total_timesteps \
+        == 1_000_000
+
+
+def test_overrides_set_options_over_each_cases_own():
+    """An options value is merged into each case's options (a case keeps the options that make
+    it what it is), its items may hold commas, and an empty value clears them."""
+    from jaxcredit.agents import TrainConfig
+
+    rudder = TrainConfig.from_flat(algo="ppo", redistribute="rudder")
+    cases = [X.Case("obs", rudder),
+             X.Case("state", rudder.replace(redistribute_options=(("inputs", "agent_state"),)))]
+    new = X.with_overrides(cases, (("redistribute_options", "features=32,hidden=64,64"),), ())
+    assert [dict(c.config.flat()["redistribute_options"]) for c in new] == [
+        {"features": 32, "hidden": "64,64"},
+        {"inputs": "agent_state", "features": 32, "hidden": "64,64"}]
+    cleared = X.with_overrides(cases, (("redistribute_options", ""),), ())
+    assert [c.config.flat()["redistribute_options"] for c in cleared] == [(), ()]
 
 
 def test_bad_overrides_are_one_line_before_anything_runs(tmp_path, capsys):
@@ -171,6 +210,10 @@ def test_bad_overrides_are_one_line_before_anything_runs(tmp_path, capsys):
                           (["--set", "eight"], "--set must look like KEY=VALUE"),
                           (["--set", "hidden_sizes=-3,4"], "hidden_sizes must be positive"),
                           (["--set", "num_envs=0"], "num_envs must be a positive integer"),
+                          (["--set", "adam_eps=abc"], "--set adam_eps: expected a number"),
+                          (["--set", "anneal_lr=abc"], "--set anneal_lr: expected true or false"),
+                          (["--set", "hidden_sizes=1.5,2"], "--set hidden_sizes: expected an "
+                                                            "integer, got 1.5"),
                           (["--hparam", "lrr=1"], "--hparam: Hparams has no field(s) lrr")):
         status = X.main("hooks", tmp_path, _HookArgs, {"s": dict(seeds=2)}, plan,
                         lambda *a: [], 0, [*argv, "--out", str(tmp_path / "out")])

@@ -164,6 +164,9 @@ def test_recurrent_run_resumes_bit_for_bit(tmp_path):
     (dict(policy="mlp", estimator="cca", estimator_options=(("agent_state", "agent"),)),
      "reads the agent's recurrent state"),
     (dict(redistribute="tvt"), "use --policy rma"),
+    (dict(policy="mlp", redistribute="rudder", redistribute_options=(("inputs", "agent_state"),)),
+     "reads the agent's recurrent state"),
+    (dict(hidden_sizes=()), "needs hidden_sizes: the first is the width of its embedding"),
 ])
 def test_recurrent_misconfigurations_are_one_line_errors(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -284,6 +284,8 @@ def test_bad_options_are_one_line_errors():
         make_redistributor("rudder", cell="gru")
     with pytest.raises(ValueError, match="inputs must be one of obs, delta, agent_state"):
         make_redistributor("rudder", inputs="diff")
+    with pytest.raises(ValueError, match="model=oracle computes its prediction from the tabular"):
+        make_redistributor("rudder", model="oracle", inputs="agent_state")
     with pytest.raises(ValueError, match="warmup_episodes must be >= 0"):
         make_redistributor("rudder", warmup_episodes=-1)
     with pytest.raises(ValueError, match="lessons must be a positive integer"):

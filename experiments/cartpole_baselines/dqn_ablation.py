@@ -108,6 +108,10 @@ def switched_on(differences: tuple[str, ...]):
 
 def main(argv=None) -> int:
     args = tyro.cli(Args, args=argv)
+    if args.set or args.hparam:
+        print("dqn_ablation.py: error: --set and --hparam do not apply here: "
+              "its variants are the settings it compares", file=sys.stderr)
+        return 2
     if args.seeds < 2:
         print("dqn_ablation.py: error: need at least 2 seeds", file=sys.stderr)
         return 2

@@ -227,6 +227,10 @@ def report(out: pathlib.Path, result: dict, meta: dict) -> list[str]:
 
 def main(argv=None) -> int:
     args = tyro.cli(Args, args=argv)
+    if args.set or args.hparam:
+        print("purejaxrl_dqn.py: error: --set and --hparam do not apply here: "
+              "it runs PureJaxRL's own DQN, not engine runs", file=sys.stderr)
+        return 2
     out = pathlib.Path(args.out) if args.out else X.default_out("cartpole_baselines_purejaxrl")
     try:
         size = X.chosen_size(SIZES, args)

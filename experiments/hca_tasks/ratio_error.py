@@ -25,6 +25,7 @@ import tyro
 
 from jaxcredit import experiment as X
 from jaxcredit.agents import TrainConfig
+from jaxcredit.flags import flat, parse_options
 
 HERE = pathlib.Path(__file__).resolve().parent
 # label -> (env, env options, num_envs, num_steps)
@@ -96,8 +97,15 @@ def main(argv=None) -> int:
     if args.seeds < 2 or args.updates < 4:
         print("ratio_error.py: error: need --seeds >= 2 and --updates >= 4", file=sys.stderr)
         return 2
-    runs = cases(args.updates)
+    try:
+        runs = X.with_overrides(cases(args.updates), parse_options(flat(args.set), "--set"),
+                                parse_options(flat(args.hparam), "--hparam"))
+    except ValueError as err:
+        print(f"ratio_error.py: error: {err}", file=sys.stderr)
+        return 2
     meta = {"seeds": args.seeds, "updates": args.updates}
+    if args.set or args.hparam:
+        meta["overrides"] = {"set": list(flat(args.set)), "hparam": list(flat(args.hparam))}
     return X.run_and_report("ratio_error", HERE, args, runs, meta, report, args.seeds, 3, argv,
                             num_chunks=1)
 

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
 import time
+import typing
 from typing import Any, Callable, Optional, Sequence
 
 import tyro
 
-from jaxcredit.agents.config import OPTION_FIELDS, Hparams
+from jaxcredit.agents.config import OPTION_FIELDS, Hparams, flat_fields
 from jaxcredit.experiment.runs import Case, default_out, run_cases
 from jaxcredit.flags import Repeatable, flat, literal, parse_options
 
@@ -122,29 +124,67 @@ def with_overrides(cases: Sequence[Case], fields: Sequence[tuple[str, Any]],
                                                        dataclasses.fields(Hparams)})
     if unknown:
         raise ValueError(f"--hparam: Hparams has no field(s) {', '.join(unknown)}")
+    hints = {f.name: f.hint for f in flat_fields()}
+    unknown = sorted({name for name, _ in fields} - set(hints))
+    if unknown:
+        raise ValueError(f"--set: the train config has no field(s) {', '.join(unknown)}")
     out = []
     for case in cases:
         config = case.config
         if fields:
             flat = config.flat()
-            config = config.replace(**{name: _as_field(name, value, flat)
+            config = config.replace(**{name: _as_field(name, value, hints[name], flat[name])
                                        for name, value in fields})
-            config.resolved()  # a bad value is one line here, before anything trains
+            config.resolved()  # the config's own checks, before anything trains
         out.append(dataclasses.replace(case, config=config, settings=tuple(
             dict(setting, **dict(hparams)) for setting in case.settings)))
     return out
 
 
-def _as_field(name: str, value: Any, flat: dict) -> Any:
-    """A ``--set`` value in its field's form: a tuple field takes comma-separated items
-    (``hidden_sizes=128,128``, brackets allowed), an options field ``key=value`` items
-    (``estimator_options=state_input=agent_state``)."""
-    if name not in flat or not isinstance(flat[name], tuple) or isinstance(value, tuple):
-        return value  # an unknown name is refused by TrainConfig.replace
-    items = [item.strip() for item in str(value).strip("()[] ").split(",") if item.strip()]
+# Where a --set options value's items part: a comma before the next "key=" (so an option's own
+# value may hold commas: hidden=64,64).
+_OPTION_ITEMS = re.compile(r",(?=\s*[A-Za-z_][\w-]*=)")
+
+
+def _as_field(name: str, value: Any, hint: Any, current: Any) -> Any:
+    """A ``--set`` value (as :func:`jaxcredit.flags.literal` read it) in the form of its field's
+    type ``hint``; a ValueError names the field. A tuple field takes comma-separated items
+    (``hidden_sizes=128,128``); an options field takes ``key=value`` items that are set over
+    the case's own options (``redistribute_options=inputs=agent_state,features=32``), and an
+    empty value clears them."""
+    def bad(kind: str):
+        return ValueError(f"--set {name}: expected {kind}, got {value!r}")
+
+    if typing.get_origin(hint) is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        hint = next(h for h in typing.get_args(hint) if h is not type(None))
     if name in OPTION_FIELDS:
-        return parse_options(items, f"--set {name}")
-    return tuple(literal(item) for item in items)
+        text = "" if value is None else str(value).strip()
+        items = [item.strip() for item in _OPTION_ITEMS.split(text) if item.strip()]
+        return tuple({**dict(current), **dict(parse_options(items, f"--set {name}"))}.items()) \
+            if items else ()
+    if typing.get_origin(hint) is tuple:
+        element = typing.get_args(hint)[0]
+        items = [item.strip() for item in str(value).strip("()[] ").split(",") if item.strip()]
+        return tuple(_as_field(name, literal(item), element, None) for item in items)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if hint is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 1e6
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise bad("an integer")
+        return value
+    if hint is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise bad("a number")
+        return float(value)
+    if value is None:
+        raise bad("a value")
+    return str(value)
 
 
 def main(name: str, here: pathlib.Path, args_type: type, sizes: dict,
@@ -167,7 +207,7 @@ def main(name: str, here: pathlib.Path, args_type: type, sizes: dict,
         cases, meta = plan(args, size)
         cases = with_overrides(cases, parse_options(flat(args.set), "--set"),
                                parse_options(flat(args.hparam), "--hparam"))
-    except ValueError as err:
+    except (ValueError, TypeError) as err:  # TypeError: a config check meeting a wrong type
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
     out = pathlib.Path(args.out) if args.out else default_out(name)

@@ -266,6 +266,9 @@ def make_rudder(features: int = 16, cell: str = "lstm", aux_weight: float = 0.5,
         rewards summing to its return.
     """
     if model == "oracle":
+        if inputs != "obs":
+            raise ValueError(f"rudder: model=oracle computes its prediction from the tabular "
+                             f"state; inputs={inputs!r} does not apply")
         return make_rudder_oracle()
     if model != "fitted":
         raise ValueError(f"rudder: model must be fitted or oracle, got {model!r}")
