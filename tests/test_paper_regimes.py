@@ -230,6 +230,36 @@ def test_pretrained_features_are_fitted_once_after_burn_in_then_frozen():
     assert float(after) < float(before)
 
 
+def test_vmapped_runs_pretrain_at_one_update_only(monkeypatch):
+    """Seeds run vmapped; the pretraining's steps must run at the update that pretrains and at
+    no other. (A ``lax.cond`` on the per-run update count becomes a select under ``vmap`` and
+    runs its pretraining branch at every update: same numbers, 20 000 steps a time.) The model's
+    Adam steps are counted: 30 pretraining steps once, plus the fit's 4 steps an update."""
+    from jaxcredit import fitting
+
+    calls = []
+    step = fitting.adam_step
+
+    def counted(params, *args, **kwargs):
+        jax.debug.callback(lambda: calls.append(1))
+        return step(params, *args, **kwargs)
+
+    monkeypatch.setattr(fitting, "adam_step", counted)
+    engine = _key_to_door_engine(
+        estimator="cocoa_feature", estimator_options=(("features", "pretrain"),),
+        burn_in_updates=1, estimator_pretrain_steps=30, eval_every=0,
+        total_timesteps=4 * 6 * 4)
+    hp = Hparams.create(gamma=1.0, estimator_lr=1e-2)
+    seeds = 2
+    state = jax.vmap(engine.init)(jax.random.split(jax.random.key(0), seeds))
+    update = jax.jit(jax.vmap(engine.update_step, in_axes=(0, None)))
+    for _ in range(4):
+        state, _ = update(state, hp)
+    jax.effects_barrier()
+    # At most one call per run and step (a vmapped callback may also run once for the batch).
+    assert 0 < len(calls) <= seeds * (30 + 4 * 4), len(calls)
+
+
 def test_burn_in_and_pretraining_bad_settings_are_one_line_errors():
     with pytest.raises(ValueError, match="needs burn_in_updates"):
         TrainConfig.from_flat(estimator_pretrain_steps=10).resolved()

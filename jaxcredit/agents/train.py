@@ -268,12 +268,12 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             kept = jax.tree.map(
                 lambda b, x: b.at[index].set(jnp.where(state.update < burn_in, x, b[index])),
                 est_state.pretrain_buffer, traj)
-            est_state = jax.lax.cond(
-                state.update == burn_in,
-                lambda s: pretrain(estimator.pretrain_loss, s, hparams, hparams.estimator_lr,
-                                   hparams.estimator_max_grad_norm, pretrain_key,
-                                   pretrain_steps, estimator.pretrained(s.params)),
-                lambda s: s, est_state.replace(pretrain_buffer=kept))
+            est_state = est_state.replace(pretrain_buffer=kept)
+            est_state = pretrain(estimator.pretrain_loss, est_state, hparams,
+                                 hparams.estimator_lr, hparams.estimator_max_grad_norm,
+                                 pretrain_key, pretrain_steps,
+                                 estimator.pretrained(est_state.params),
+                                 when=state.update == burn_in)
             frozen = estimator.pretrained(est_state.params)
         fitted, fit_metrics = fit(
             estimator.loss, est_state, traj, hparams,
