@@ -160,7 +160,7 @@ def _draw_columns(fit: FitState, fresh: Trajectory, size: int, key: Array) -> Tr
 
 def pretrain(loss_fn: LossFn, fit_state: FitState, hparams: Any, lr: Array,
              max_grad_norm: Array, key: Array, steps: int, trainable: Any,
-             when: Optional[Array] = None) -> FitState:
+             when: Array) -> FitState:
     """``steps`` full-batch Adam steps of ``loss_fn`` on the burn-in windows
     (``fit_state.pretrain_buffer``, all of them side by side), moving only the ``trainable``
     leaves; the optimiser state then starts afresh for the fits that follow (Adam's moments and
@@ -170,7 +170,8 @@ def pretrain(loss_fn: LossFn, fit_state: FitState, hparams: Any, lr: Array,
     trip count is ``steps`` or 0, not a ``lax.cond``: under ``vmap`` (seeds, settings) a
     ``cond`` on a per-run predicate becomes a select that runs both branches, so every update
     would pay for the whole pretraining; a batched loop runs as long as its longest member,
-    which is 0 at every update but the one that pretrains."""
+    which is 0 at every update but the one that pretrains. Step i's key is ``fold_in(key, i)``,
+    made inside the loop, so the updates that do not pretrain make no keys either."""
     data = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1).reshape(
         (x.shape[1], x.shape[0] * x.shape[2]) + x.shape[3:]), fit_state.pretrain_buffer)
     adam = optax.scale_by_adam(eps=MODEL_ADAM_EPS)
@@ -183,12 +184,10 @@ def pretrain(loss_fn: LossFn, fit_state: FitState, hparams: Any, lr: Array,
         new = jax.tree.map(lambda n, o, t: jnp.where(t, n, o), new, params, trainable)
         return (new, opt_state), None
 
-    keys = jax.random.split(key, steps)
-    count = steps if when is None else jnp.where(when, steps, 0)
-    params, _ = jax.lax.fori_loop(0, count, lambda i, carry: step(carry, keys[i])[0],
-                                  (fit_state.params, adam.init(fit_state.params)))
-    if when is None:
-        return fit_state.replace(params=params, opt_state=adam.init(params))
+    params, _ = jax.lax.fori_loop(
+        0, jnp.where(when, steps, 0),
+        lambda i, carry: step(carry, jax.random.fold_in(key, i))[0],
+        (fit_state.params, adam.init(fit_state.params)))
     opt_state = jax.tree.map(lambda new, old: jnp.where(when, new, old), adam.init(params),
                              fit_state.opt_state)
     return fit_state.replace(params=params, opt_state=opt_state)
