@@ -228,3 +228,41 @@ def test_the_credit_error_splits_exactly_by_reward_value():
     assert sum(occurs) >= 3
     assert all(float(jnp.abs(p).max()) > 1e-4 for p, o in zip(parts, occurs) if o)
     np.testing.assert_allclose(sum(parts), error(traj), atol=1e-5)
+
+
+def test_cocoa_feature_is_measured_against_the_reward_value_oracle():
+    """Learned features have no exact model of their own: cocoa_feature's twin is cocoa_reward's
+    oracle (u = the reward value, what ideal features carry). On a window its credit is
+    cocoa_reward oracle's, the metrics appear at evaluation points, the unfitted model has a
+    non-zero error, and there is no KL (the two models condition on different u)."""
+    from jaxcredit.estimators import make_estimator  # noqa: PLC0415
+
+    config = TrainConfig.from_flat(algo="a2c", estimator="cocoa_feature", env="KeyToDoor",
+                                   env_options=(("length", 6),), num_envs=4, num_steps=6,
+                                   total_timesteps=4 * 6 * 2, eval_every=2, eval_episodes=2,
+                                   hidden_sizes=(8,), num_minibatches=1, update_epochs=1,
+                                   estimator_options=(("hidden", 8), ("num_features", 8)))
+    engine = make_engine(config)
+    context = dict(env=engine.env, env_params=engine.env_params)
+    twin = make_estimator("cocoa_feature", context).oracle()
+    reference = make_estimator("cocoa_reward", context, model="oracle")
+    assert twin.exact_model == "reward_hindsight" and twin.is_oracle
+    hp = Hparams.create(gamma=1.0)
+    state = engine.init(jax.random.key(0))
+    traj = engine.collect(state, hp, jax.random.key(1)).trajectory
+    mdp = engine.ground_truth.mdp()
+    pi = gt_lib.policy_table(engine.network, state.agent.params, mdp)
+    exact = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, 1.0)
+    key = jax.random.key(2)
+    np.testing.assert_allclose(twin.assign(exact, traj, hp, key).advantage,
+                               reference.assign(exact, traj, hp, key).advantage, atol=1e-6)
+
+    _, (_, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, jax.random.key(0), hp)
+    for name in ("rmse_to_exact", "corr_to_exact", "grad_cos_fitted", "grad_cos_oracle",
+                 *(f"rmse_decisive_reward{i}" for i in range(4))):
+        values = np.asarray(metrics[f"credit/{name}"])
+        assert np.isnan(values[0]) and np.isfinite(values[1]), name
+    assert float(metrics["credit/rmse_to_exact"][1]) > 1e-3
+    assert "estimator/kl_to_exact" not in metrics
+    # Without an environment (a direct construction) there is no twin.
+    assert make_estimator("cocoa_feature").oracle is None

@@ -24,7 +24,8 @@ estimator's exact model (the oracle twin), on the same window and key, and compa
 The oracle's own error is 0 by construction; the gradient cosines are the only numbers that
 compare both with the truth.
 
-For the contribution estimators (``hca_state``, ``cocoa_reward``, ``cocoa_feature``; their exact
+For the contribution estimators (``hca_state``, ``cocoa_reward``, ``cocoa_feature``, whose twin is
+``cocoa_reward``'s oracle: learned features have no exact model of their own; their exact
 models are ``linear_in_reward`` in ``exact.models``) the credit is linear in the later rewards,
 A[t, a] = immediate + Σ_{k>t} γ^{k−t} (w(s_t, a, u_k) − 1) r̃_k, and the immediate term is the
 same for both models, so the error splits exactly by the value of the reward it comes from:

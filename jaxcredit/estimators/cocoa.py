@@ -276,6 +276,8 @@ def cocoa_feature(
     policy_modulated: bool = True,
     model: str = "mlp",
     features: str = "joint",
+    env: Any = None,
+    env_params: Any = None,
 ) -> Estimator:
     """COCOA-feature (Meulemans et al. 2023) — all-action; u_k = g(s_k, a_k), binary features
     learned to predict r_k (module doc).
@@ -285,8 +287,12 @@ def cocoa_feature(
     Loss: the hindsight cross-entropy (as ``cocoa_reward``, on stop-gradient features) plus the
     feature model's reward regression. Both are fitted by the engine's schedule on every
     update's batch (COCOA trains the features once, 20 000 steps on a buffer of early episodes,
-    then freezes them: docs/cocoa.md). No exact model exists for learned features, so there is
-    no oracle twin; ``cocoa_reward``'s oracle is the target the features should reach.
+    then freezes them: docs/cocoa.md). Learned features have no exact model of their own; the
+    exact model the estimator is measured against (its oracle twin, ``exact_model``) is
+    ``cocoa_reward``'s: u_k = the reward value, the coarsest feature that fixes r_k and the one
+    the features are fitted to carry. Its credit is what ideal features with an exact hindsight
+    model would give, so the credit-error metrics count the features' error with the model's.
+    There is no ``estimator/kl_to_exact``: the two models condition on different u.
 
     Args:
       num_features: F, the width of the binary feature vector (COCOA: 128).
@@ -298,6 +304,8 @@ def cocoa_feature(
       features: "joint" (fitted with the hindsight model at every update) or "pretrain"
         (COCOA's schedule: fitted once on the burn-in windows, ``estimator_pretrain_steps``
         steps after ``burn_in_updates``, then frozen).
+      env, env_params: the environment (the engine passes them), whose reward values the
+        oracle twin reads; without one there is no twin.
     """
     check_pair_options(pairs, num_pairs, chunk)
     check_choice("model", model, ("mlp", "hypernet"))
@@ -316,5 +324,9 @@ def cocoa_feature(
         "cocoa_feature", build,
         feature_object(num_features, float(threshold), float(feature_l1), float(readout_l2)),
         pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
-        mask_zero_reward_loss=mask_zero_reward_loss, oracle=False, exact_model=None,
-        make_oracle=None, object_schedule=features)
+        mask_zero_reward_loss=mask_zero_reward_loss, oracle=False,
+        exact_model=None if env is None else "reward_hindsight",
+        make_oracle=None if env is None else lambda: cocoa_reward(
+            env=env, env_params=env_params, bootstrap=bootstrap,
+            mask_zero_reward_loss=mask_zero_reward_loss, model="oracle"),
+        object_schedule=features)

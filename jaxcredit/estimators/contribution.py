@@ -151,7 +151,8 @@ def pairwise_estimator(
       mask_zero_reward_loss: fit the model only on pairs whose later reward is non-zero (COCOA;
         a zero reward adds nothing to the credit, so those pairs only dilute the fit).
       oracle: the model is exact: the engine supplies its parameters every update.
-      exact_model: the exact model this one approximates (``Estimator.exact_model``).
+      exact_model: the exact model this one approximates (``Estimator.exact_model``); for a
+        learned object, that of the ideal object (cocoa_feature: the reward value).
       make_oracle: builds the oracle twin (None for an oracle or where none exists).
       object_schedule: for a learned object, "joint" (its loss added to the hindsight model's
         at every fit) or "pretrain" (its loss is the estimator's ``pretrain_loss``, fitted once
@@ -347,6 +348,9 @@ def pairwise_estimator(
     return Estimator(name=name, init=init, assign=assign, loss=loss, all_action=True,
                      learned=not oracle, exact_model=exact_model, is_oracle=oracle,
                      oracle=None if oracle else make_oracle,
-                     hindsight=hindsight if exact_model is not None else None,
+                     # A learned object's model conditions on another u than the exact
+                     # model's (cocoa_feature's twin reads the reward value): no KL between them.
+                     hindsight=hindsight if exact_model is not None and not learned_object
+                     else None,
                      pretrain_loss=pretrain_loss if pretrained_object else None,
                      pretrained=pretrained if pretrained_object else None)
