@@ -75,6 +75,16 @@ def test_reward_features_and_readout_hand_case():
     features = C.reward_features(params, obs, action, 0.05)
     np.testing.assert_array_equal(features, [[1, 0], [0, 0], [0, 1]])
     np.testing.assert_allclose(C.reward_prediction(params, features, action), [2.5, 0.5, -2.5])
+    # A second action whose gates read x1 and x2 instead: each sample reads its own action's.
+    params = {"gate": jnp.concatenate([params["gate"], jnp.array([[[0.0, 1.0, 0.0],
+                                                                    [0.0, 0.0, -1.0]]])]),
+              "readout": jnp.array([[2.0, -3.0], [1.0, 1.0]]), "bias": jnp.array([0.5, 0.0])}
+    action = jnp.array([1, 0, 1], jnp.int32)
+    # Sample 0 (action 1): feature 0 = 1[x1 > 0.05] = 1, feature 1 (gate off) = 0; sample 1
+    # (action 0) as above; sample 2 (action 1): x1 = 0, feature 1 off: both 0.
+    features = C.reward_features(params, obs, action, 0.05)
+    np.testing.assert_array_equal(features, [[1, 0], [0, 0], [0, 0]])
+    np.testing.assert_allclose(C.reward_prediction(params, features, action), [1.0, 0.5, 0.0])
 
 
 def _two_step_mdp():

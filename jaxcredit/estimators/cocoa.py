@@ -76,9 +76,16 @@ def straight_through_step(x: Array, threshold: float) -> Array:
 
 
 def reward_features(params: dict, obs: Array, action: Array, threshold: float) -> Array:
-    """``[*b, F]`` binary features g(s, a) = 1[1[G_a > θ] · x > θ] of flattened observations."""
-    mask = straight_through_step(params["gate"][action], threshold)  # [*b, F, D]
-    return straight_through_step(jnp.einsum("...fd,...d->...f", mask, obs), threshold)
+    """``[*b, F]`` binary features g(s, a) = 1[1[G_a > θ] · x > θ] of flattened observations.
+
+    Every action's projection is computed and the taken one picked: gathering G_a per sample
+    built a ``[*b, F, D]`` mask (and its gradient a scatter of that size), 2.1x slower for
+    COCOA-feature's pretraining steps on KeyToDoor (240 episodes × 23 steps, 8 vmapped seeds).
+    """
+    mask = straight_through_step(params["gate"], threshold)  # [A, F, D]
+    every = jnp.einsum("afd,...d->...af", mask, obs)
+    taken = jnp.take_along_axis(every, action[..., None, None], axis=-2)[..., 0, :]
+    return straight_through_step(taken, threshold)
 
 
 def reward_prediction(params: dict, features: Array, action: Array) -> Array:
