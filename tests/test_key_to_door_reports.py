@@ -60,7 +60,22 @@ def test_credit_split_reports_the_ratios(run, capsys):
     assert "ascent, fitted / exact model" in text and "… from the treasure" in text
 
 
-@pytest.mark.parametrize("name", ["first_steps", "credit_split"])
+def test_feature_grain_counts_distinct_features_by_outcome_by_hand():
+    """Three states × two actions. Zero-reward pairs: (0,0) and (1,0); apple pairs: (1,1)
+    without the key, (0,1) twice with it (no vector in both); treasure: (0,0), which a
+    zero-reward pair also has."""
+    grain = _script("feature_grain").grain
+    features = np.array([[[0, 0], [0, 0]],    # state 0, no key: actions 0, 1
+                         [[1, 1], [1, 0]],    # state 1, no key
+                         [[0, 1], [0, 1]]])   # state 2, has the key
+    apple = "low apple/high apple"
+    outcome = np.array([["0", "treasure"], [apple, "0"], [apple, apple]])
+    counts = grain(features, outcome, np.array([False, False, True]))
+    assert counts == {"pairs": 6, "distinct": 4, "0": 2, apple: 2, "treasure": 1,
+                      "apple_with_key": 1, "apple_without_key": 1, "apple_both": 0}
+
+
+@pytest.mark.parametrize("name", ["first_steps", "credit_split", "feature_grain"])
 def test_a_missing_run_is_one_line(name, tmp_path, capsys):
     assert _script(name).main([str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
