@@ -75,7 +75,7 @@ def test_feature_grain_counts_distinct_features_by_outcome_by_hand():
                       "apple_with_key": 1, "apple_without_key": 1, "apple_both": 0}
 
 
-@pytest.mark.parametrize("name", ["first_steps", "credit_split", "feature_grain"])
+@pytest.mark.parametrize("name", ["first_steps", "credit_split", "feature_grain", "dead_gates"])
 def test_a_missing_run_is_one_line(name, tmp_path, capsys):
     assert _script(name).main([str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err

@@ -15,7 +15,6 @@ KeyToDoor's reward values (0, low apple, high apple, treasure) and the final π(
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import sys
 
@@ -23,9 +22,8 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-from jaxcredit.agents import TrainConfig, make_engine
-from jaxcredit.checkpoint import Checkpointer
 from jaxcredit.exact import ground_truth as gt_lib
+from jaxcredit.experiment.runs import last_state
 
 VALUES = ("0", "low apple", "high apple", "treasure")
 
@@ -55,16 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv)
     run = pathlib.Path(args.run)
     try:
-        saved = json.loads((run / "config.json").read_text())
-        config = TrainConfig.from_dict(saved["config"])
-        if dict(config.estimator.options).get("model") != "hypernet":
+        engine, state, seeds = last_state(run)
+        if dict(engine.config.estimator.options).get("model") != "hypernet":
             raise ValueError(f"{run} is not a run of the hypernet model")
-        engine = make_engine(config)
-        seeds = int(saved["num_seeds"])
-        template = jax.vmap(engine.init)(jax.random.split(jax.random.key(0), seeds))
-        checkpoints = Checkpointer(run / "checkpoints")
-        state, _ = checkpoints.restore(template)
-        checkpoints.close()
     except (OSError, KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

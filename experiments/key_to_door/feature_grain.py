@@ -16,7 +16,6 @@ treasure); apple pairs are also split by the has-key bit of the observation.
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import sys
 
@@ -25,10 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from jaxcredit.agents import TrainConfig, make_engine
-from jaxcredit.checkpoint import Checkpointer
 from jaxcredit.envs.key_to_door import NUM_CELL_TYPES
 from jaxcredit.estimators.cocoa import reward_features
+from jaxcredit.experiment.runs import last_state
 
 VALUES = ("0", "low apple", "high apple", "treasure")
 HAS_KEY = 1 + NUM_CELL_TYPES + 1  # the observation: position, cell one-hot, has-key one-hot
@@ -70,16 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv)
     run = pathlib.Path(args.run)
     try:
-        saved = json.loads((run / "config.json").read_text())
-        config = TrainConfig.from_dict(saved["config"])
+        engine, state, seeds = last_state(run)
+        config = engine.config
         if config.estimator.name != "cocoa_feature" or config.env != "KeyToDoor":
             raise ValueError(f"{run} is not a cocoa_feature run on KeyToDoor")
-        engine = make_engine(config)
-        seeds = int(saved["num_seeds"])
-        template = jax.vmap(engine.init)(jax.random.split(jax.random.key(0), seeds))
-        checkpoints = Checkpointer(run / "checkpoints")
-        state, _ = checkpoints.restore(template)
-        checkpoints.close()
     except (OSError, KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -48,6 +48,28 @@ def is_complete(run_dir: pathlib.Path) -> bool:
     return bool(rows) and int(rows["update"].max()) == int(saved["num_updates"])
 
 
+def last_state(run_dir: pathlib.Path) -> tuple[Any, Any, int]:
+    """``(engine, state, num_seeds)`` of a run of one setting: its engine rebuilt from
+    ``config.json`` and the state of its last checkpoint, seeds on the leading axis (the report
+    scripts that read a finished run's parameters). Raises OSError, KeyError or ValueError for
+    a folder that holds no such run."""
+    import jax  # noqa: PLC0415
+
+    from jaxcredit.agents import make_engine  # noqa: PLC0415
+    from jaxcredit.checkpoint import Checkpointer  # noqa: PLC0415
+
+    saved = runlog.read_json(pathlib.Path(run_dir) / "config.json")
+    engine = make_engine(TrainConfig.from_dict(saved["config"]))
+    seeds = int(saved["num_seeds"])
+    template = jax.vmap(engine.init)(jax.random.split(jax.random.key(0), seeds))
+    checkpoints = Checkpointer(pathlib.Path(run_dir) / "checkpoints")
+    try:
+        state, _ = checkpoints.restore(template)
+    finally:
+        checkpoints.close()
+    return engine, state, seeds
+
+
 TIMING_FILE = "case_seconds.json"  # wall clock of a case's training, compile included
 
 
