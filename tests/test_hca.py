@@ -398,3 +398,48 @@ def test_hindsight_model_losses_decrease_on_a_fixed_batch():
         # Uniform π: the initial (h = π) loss is log 2; the return / final state reveal a_0.
         np.testing.assert_allclose(before, np.log(2.0), rtol=1e-4)
         assert float(after) < 0.9 * before, (name, before, float(after))
+
+
+@pytest.mark.parametrize("num_steps,chunk", [(8, 3), (7, 3), (5, 8)])
+def test_every_pair_on_the_triangle_equals_every_offset(num_steps, chunk):
+    """The default "every later step" plan (offsets None: chunks paired with the steps after
+    their first row, ``triangle_rows``) gives the credit, the loss and its gradient of the
+    explicit offsets d = 1..T−1 (``all_pair_offsets``), with episode ends inside the window and
+    γ < 1; (7, 3) has a last chunk with no later step at all."""
+    traj, _ = _random_trajectory(jax.random.key(11), num_steps=num_steps, num_envs=1)
+    traj = traj.replace(reward=traj.reward * jax.random.bernoulli(
+        jax.random.key(12), 0.6, traj.reward.shape))  # zero rewards for the mask
+    obs, logits = traj.obs[:, 0], traj.logits[:, 0]
+    episode = H.episode_index(traj.done[:, 0])
+    assert int(episode[-1]) > 0  # an episode ends inside the window
+    from jaxcredit.estimators import hypernet  # noqa: PLC0415
+    model = hypernet.hypernet_hindsight(1, hidden=16)
+    params = model.init(jax.random.key(13), obs, 3, obs)
+    offsets, scale = H.all_pair_offsets(num_steps)
+
+    def features(p):
+        return model.source(p, obs), model.target(p, obs, traj.reward[:, 0])
+
+    def credit(p, *plan):
+        src, tgt = features(p)
+        return H.state_hca_future_credit(model, p, src, tgt, logits, traj.reward[:, 0],
+                                         episode, 0.9, *plan, chunk=chunk)
+
+    np.testing.assert_allclose(credit(params), credit(params, offsets, scale),
+                               rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(credit(params)).max()) > 0.01
+    for mask in (False, True):
+        def loss(p, *plan):
+            src, tgt = features(p)
+            ce, w = H.state_hca_pair_loss(model, p, src, tgt, logits, traj.action[:, 0],
+                                          traj.reward[:, 0], episode, 0.9, *plan, chunk=chunk,
+                                          mask_zero_reward=mask)
+            return ce / w, w
+
+        (value, w), grad = jax.value_and_grad(loss, has_aux=True)(params)
+        (ref_value, ref_w), ref_grad = jax.value_and_grad(loss, has_aux=True)(
+            params, offsets, scale)
+        np.testing.assert_allclose(w, ref_w, rtol=1e-6)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        for g, r in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad)):
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jaxcredit.estimators import hindsight_models as hm
 from jaxcredit.estimators.base import Estimator
 from jaxcredit.estimators.hca import (
-    PAIR_MODES, all_pair_offsets, chunked_rows, chunked_sum, episode_index, rewarded_pair_offsets,
+    PAIR_MODES, chunked_rows, chunked_sum, episode_index, rewarded_pair_offsets,
     sampled_pair_offsets, state_hca_future_credit, state_hca_pair_loss, state_pair_hindsight)
 from jaxcredit.estimators.hca_return import behaviour_policy, check_choice, value_target
 from jaxcredit.types import Credit, Trajectory
@@ -197,12 +197,11 @@ def pairwise_estimator(
         return model_params, source, net.target(model_params, u, tr.reward)
 
     def pair_plan(tr: Trajectory, r: Array, key, mode: str, k: int):
-        """Offsets and scales ``[N, T, K]``; ``r`` is the credited reward r̃ ``[T, N]``."""
+        """Offsets and scales ``[N, T, K]``; ``r`` is the credited reward r̃ ``[T, N]``. Every
+        pair ("all") is (None, None): the dense grid of ``hca.state_hca_future_credit``."""
         num_steps, n = tr.action.shape
         if mode == "all":
-            offsets, scale = all_pair_offsets(num_steps)
-            return (jnp.broadcast_to(offsets, (n,) + offsets.shape),
-                    jnp.broadcast_to(scale, (n,) + scale.shape))
+            return None, None
         keys = jax.random.split(key, n)
         if mode == "rewarded":
             return jax.vmap(lambda kk, rr: rewarded_pair_offsets(kk, rr, k),

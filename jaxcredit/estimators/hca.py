@@ -213,7 +213,26 @@ def _zero_cotangent(x: Array):
     return np.zeros(x.shape, jax.dtypes.float0)
 
 
-def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args) -> Array:
+def row_spans(num_rows: int, chunk: int) -> list[tuple[int, int]]:
+    """The static ``[start, end)`` of each chunk of rows."""
+    chunk = max(1, min(chunk, num_rows))
+    return [(start, min(start + chunk, num_rows)) for start in range(0, num_rows, chunk)]
+
+
+def triangle_rows(fn, num_rows: int, chunk: int):
+    """``fn(rows, first)`` chunk by chunk over rows, concatenated, where ``first`` (a Python
+    int) is the chunk's first row + 1: the earliest later step k > t that any of its rows
+    pairs with. A chunk then computes only the pairs k ≥ first, about half of the square
+    ``[T, T]`` grid over all chunks (the rest lies at k ≤ t). The chunks are unrolled, each
+    with static shapes, and rematerialised in the backward pass (``jax.checkpoint``)."""
+    outs = [jax.checkpoint(fn, static_argnums=1)(jnp.arange(start, end, dtype=jnp.int32),
+                                                 start + 1)
+            for start, end in row_spans(num_rows, chunk)]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+
+
+def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args,
+                triangle: bool = False) -> Array:
     """Σ over chunks of ``fn(params, rows, row_valid, *row_args[rows])`` (a scalar per chunk),
     chunked as :func:`chunked_rows`, with its gradient with respect to ``params`` computed in
     the same pass.
@@ -225,6 +244,9 @@ def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args) -> Array:
     the backward pass only scales them by the cotangent. Gradients flow to ``params`` only: the
     row arguments are the data of a fit (no gradient reaches them), and the function supports
     reverse-mode differentiation once (no ``jax.jvp``, no second derivatives).
+
+    ``triangle``: the chunks of :func:`triangle_rows`, ``fn(params, rows, first)`` (no row
+    arguments).
     """
     def forward(params, *args):
         # Integer leaves of the parameters (indices, sizes) are constants of the sum.
@@ -243,7 +265,13 @@ def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args) -> Array:
             return jax.tree.map(jnp.add, carry, (value, grad)), None
 
         zero = (jnp.zeros((), jnp.float32), [jnp.zeros_like(x) for x in differentiated])
-        (value, grad), _ = jax.lax.scan(one, zero, _chunks(num_rows, chunk, args)[2])
+        if triangle:
+            value, grad = zero
+            for start, end in row_spans(num_rows, chunk):
+                (value, grad), _ = one((value, grad),
+                                       (jnp.arange(start, end, dtype=jnp.int32), start + 1))
+        else:
+            (value, grad), _ = jax.lax.scan(one, zero, _chunks(num_rows, chunk, args)[2])
         it = iter(grad)
         grad = [next(it) if d else None for d in inexact]
         return value, grad
@@ -275,8 +303,8 @@ def state_hca_future_credit(
     reward: Array,
     episode: Array,
     gamma: Union[float, Array],
-    offsets: Array,
-    scale: Array,
+    offsets: Optional[Array] = None,
+    scale: Optional[Array] = None,
     chunk: int = 8,
 ) -> Array:
     """Future part of the state-HCA advantage for one environment's window.
@@ -284,9 +312,12 @@ def state_hca_future_credit(
         F[t, a] = Σ_j valid(t, k_j) scale[t,j] γ^{d_j} (h(a|s_t, s_{k_j}) / π(a|s_t) − 1) r_{k_j},
         k_j = t + d_j,  d_j = offsets[t, j]
 
-    With :func:`all_pair_offsets` this is the exact double sum Σ_{k>t} over the window; with
-    :func:`sampled_pair_offsets` an unbiased estimate of it. Pairs that cross an episode end are
-    invalid. Memory: one chunk of ``chunk × K × (2·hidden + 3A)`` floats at a time.
+    ``offsets`` None (the default): every later step of the window, the exact double sum
+    Σ_{k>t}, each chunk of rows paired with the steps after its first row, their features
+    sliced and broadcast, not gathered (:func:`triangle_rows`: about T²/2 pairs where the
+    offsets of :func:`all_pair_offsets`, which give the same sum, take T(T − 1)). With
+    :func:`sampled_pair_offsets` an unbiased estimate of it. Pairs that cross an episode end
+    are invalid. Memory: one chunk of ``chunk × K × (2·hidden + 3A)`` floats at a time.
 
     Args:
       model, params: the state hindsight model.
@@ -295,7 +326,7 @@ def state_hca_future_credit(
       reward: ``[T]`` rewards r_k (with any bootstrap tail folded in).
       episode: ``[T]`` :func:`episode_index`.
       gamma: discount.
-      offsets, scale: ``[T, K]``.
+      offsets, scale: ``[T, K]``, or both None for every later step.
       chunk: rows of t per chunk.
 
     Returns:
@@ -303,30 +334,64 @@ def state_hca_future_credit(
     """
     num_steps = reward.shape[0]
 
-    def rows_fn(t, t_valid, offs, scl):
-        k, valid, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits, episode,
-                                              t, offs)
+    def credit_rows(t, t_valid, pairs):
+        k, valid, d, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits,
+                                                 episode, t, pairs)
         log_pi = jax.nn.log_softmax(policy_logits[t])[:, None]
-        weight = valid * t_valid[:, None] * scl * gamma ** offs.astype(reward.dtype) * reward[k]
+        scl = 1.0 if isinstance(pairs, int) else pairs[1]
+        weight = (valid * t_valid[:, None] * scl * gamma ** d.astype(reward.dtype)
+                  * _later(reward, k, pairs))
         return jnp.einsum("ck,cka->ca", weight, jnp.exp(log_h - log_pi) - 1.0)
 
-    return chunked_rows(rows_fn, num_steps, chunk, offsets, scale)
+    if _all_pairs(offsets, scale):
+        return triangle_rows(lambda t, first: credit_rows(t, _every(t), first), num_steps,
+                             chunk)
+    return chunked_rows(lambda t, t_valid, offs, scl: credit_rows(t, t_valid, (offs, scl)),
+                        num_steps, chunk, offsets, scale)
 
 
-def _pair_index(episode, t, offs):
-    """For rows t and offsets k − t: (k clipped to the window, valid pair mask). A pair is valid
-    when s_k lies inside the window and in the same episode as s_t."""
+def _every(t: Array) -> Array:
+    """Every row valid (the triangle's chunks have no padded rows)."""
+    return jnp.ones(t.shape, bool)
+
+
+def _all_pairs(offsets: Optional[Array], scale: Optional[Array]) -> bool:
+    """Whether a pair plan is "every later step" (both None) rather than explicit offsets."""
+    if (offsets is None) != (scale is None):
+        raise ValueError("offsets and scale go together: give both, or neither for all pairs")
+    return offsets is None
+
+
+def _later(x: Array, k: Array, pairs) -> Array:
+    """``x`` at the later steps k of the pairs. Every later step (``pairs`` the first one, an
+    int): the window from there on, broadcast over the rows, not gathered (the gradient of a
+    gather is a scatter-add, which XLA:CPU runs one element at a time)."""
+    return x[pairs:][None] if isinstance(pairs, int) else x[k]
+
+
+def _pair_index(episode, t, pairs):
+    """For rows t: (k clipped to the window, valid pair mask, d = k − t ≥ 1 where valid). A pair
+    is valid when s_k lies inside the window and in the same episode as s_t. ``pairs``:
+    ``(offsets, scale)`` with offsets = k − t ``[rows, K]``, or an int ``first``: every later
+    step from ``first`` on (k = first..T−1 for every row, ``[1, T − first]``), valid where
+    k > t."""
     num_steps = episode.shape[0]
+    if isinstance(pairs, int):
+        k = jnp.arange(pairs, num_steps, dtype=jnp.int32)[None, :]
+        valid = (k > t[:, None]) & (episode[pairs:][None, :] == episode[t][:, None])
+        return k, valid, jnp.maximum(k - t[:, None], 1)
+    offs = pairs[0]
     k = t[:, None] + offs
     valid = (k < num_steps) & (episode[jnp.minimum(k, num_steps - 1)] == episode[t][:, None])
-    return jnp.minimum(k, num_steps - 1), valid
+    return jnp.minimum(k, num_steps - 1), valid, offs
 
 
-def _pair_log_hindsight(model, params, src, tgt, policy_logits, episode, t, offs):
-    """For rows t and offsets k − t: (k, valid, log h(·|s_t, s_k)) (:func:`_pair_index`)."""
-    k, valid = _pair_index(episode, t, offs)
-    logits = model.pair_logits(params, src[t][:, None], tgt[k], policy_logits[t][:, None])
-    return k, valid, jax.nn.log_softmax(logits)
+def _pair_log_hindsight(model, params, src, tgt, policy_logits, episode, t, pairs):
+    """For rows t: (k, valid, d, log h(·|s_t, s_k)) (:func:`_pair_index`)."""
+    k, valid, d = _pair_index(episode, t, pairs)
+    logits = model.pair_logits(params, src[t][:, None], _later(tgt, k, pairs),
+                               policy_logits[t][:, None])
+    return k, valid, d, jax.nn.log_softmax(logits)
 
 
 def state_hca_pair_loss(
@@ -339,12 +404,13 @@ def state_hca_pair_loss(
     reward: Array,
     episode: Array,
     gamma: Union[float, Array],
-    offsets: Array,
-    scale: Array,
+    offsets: Optional[Array] = None,
+    scale: Optional[Array] = None,
     chunk: int = 8,
     mask_zero_reward: bool = False,
 ) -> tuple[Array, Array]:
-    """γ-weighted cross-entropy of h(a_t | s_t, s_k) over future pairs of one window.
+    """γ-weighted cross-entropy of h(a_t | s_t, s_k) over future pairs of one window (every
+    later step with ``offsets`` None, as :func:`state_hca_future_credit`).
 
     Pair weight γ^{k−t−1}: its minimiser is h_γ, the hindsight of the discounted future-state
     occupancy (module docstring). Returns ``(Σ weight · CE, Σ weight)`` so that the caller can
@@ -352,21 +418,31 @@ def state_hca_pair_loss(
     """
     num_steps = reward.shape[0]
 
-    def pair_weight(t, t_valid, offs, scl):
-        k, valid = _pair_index(episode, t, offs)
-        weight = valid * t_valid[:, None] * scl * gamma ** (offs - 1).astype(reward.dtype)
-        return weight * (reward[k] != 0) if mask_zero_reward else weight
+    def pair_weight(t, t_valid, pairs):
+        k, valid, d = _pair_index(episode, t, pairs)
+        scl = 1.0 if isinstance(pairs, int) else pairs[1]
+        weight = valid * t_valid[:, None] * scl * gamma ** (d - 1).astype(reward.dtype)
+        return weight * (_later(reward, k, pairs) != 0) if mask_zero_reward else weight
 
-    def ce_sum(differentiable, t, t_valid, offs, scl):
+    def ce_sum(differentiable, t, t_valid, pairs):
         model_params, src_, tgt_ = differentiable
-        _, _, log_h = _pair_log_hindsight(model, model_params, src_, tgt_, policy_logits,
-                                          episode, t, offs)
+        *_, log_h = _pair_log_hindsight(model, model_params, src_, tgt_, policy_logits,
+                                        episode, t, pairs)
         ce = -jnp.take_along_axis(log_h, action[t][:, None, None], axis=-1)[..., 0]
-        return (pair_weight(t, t_valid, offs, scl) * ce).sum()
+        return (pair_weight(t, t_valid, pairs) * ce).sum()
 
     # The source and target features carry the gradient to their projections.
-    ce = chunked_sum(ce_sum, (params, src, tgt), num_steps, chunk, offsets, scale)
-    w = chunked_rows(lambda *a: pair_weight(*a).sum(-1), num_steps, chunk, offsets, scale)
+    differentiable = (params, src, tgt)
+    if _all_pairs(offsets, scale):
+        ce = chunked_sum(lambda p, t, first: ce_sum(p, t, _every(t), first), differentiable,
+                         num_steps, chunk, triangle=True)
+        w = triangle_rows(lambda t, first: pair_weight(t, _every(t), first).sum(-1),
+                          num_steps, chunk)
+    else:
+        ce = chunked_sum(lambda p, t, t_valid, offs, scl: ce_sum(p, t, t_valid, (offs, scl)),
+                         differentiable, num_steps, chunk, offsets, scale)
+        w = chunked_rows(lambda t, t_valid, offs, scl: pair_weight(
+            t, t_valid, (offs, scl)).sum(-1), num_steps, chunk, offsets, scale)
     return ce, w.sum()
 
 
@@ -388,7 +464,7 @@ def state_pair_hindsight(
     engine compares it with the exact hindsight (``estimator/kl_to_exact``).
     """
     t = jnp.arange(episode.shape[0], dtype=jnp.int32)
-    _, valid, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits, episode, t,
-                                          offsets)
+    _, valid, _, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits, episode,
+                                             t, (offsets, scale))
     weight = valid * scale * gamma ** (offsets - 1).astype(jnp.float32)
     return log_h, weight
