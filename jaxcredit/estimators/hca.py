@@ -213,21 +213,29 @@ def _zero_cotangent(x: Array):
     return np.zeros(x.shape, jax.dtypes.float0)
 
 
-def row_spans(num_rows: int, chunk: int) -> list[tuple[int, int]]:
-    """The static ``[start, end)`` of each chunk of rows."""
-    chunk = max(1, min(chunk, num_rows))
-    return [(start, min(start + chunk, num_rows)) for start in range(0, num_rows, chunk)]
+# Rows per band of the triangle, in chunks (:func:`triangle_bands`).
+TRIANGLE_BAND_CHUNKS = 2
+
+
+def triangle_bands(num_rows: int, chunk: int) -> list[tuple[int, int]]:
+    """The static ``[start, end)`` of each band of ``TRIANGLE_BAND_CHUNKS × chunk`` rows."""
+    band = TRIANGLE_BAND_CHUNKS * max(1, min(chunk, num_rows))
+    return [(start, min(start + band, num_rows)) for start in range(0, num_rows, band)]
 
 
 def triangle_rows(fn, num_rows: int, chunk: int):
-    """``fn(rows, first)`` chunk by chunk over rows, concatenated, where ``first`` (a Python
-    int) is the chunk's first row + 1: the earliest later step k > t that any of its rows
-    pairs with. A chunk then computes only the pairs k ≥ first, about half of the square
-    ``[T, T]`` grid over all chunks (the rest lies at k ≤ t). The chunks are unrolled, each
-    with static shapes, and rematerialised in the backward pass (``jax.checkpoint``)."""
-    outs = [jax.checkpoint(fn, static_argnums=1)(jnp.arange(start, end, dtype=jnp.int32),
-                                                 start + 1)
-            for start, end in row_spans(num_rows, chunk)]
+    """``fn(rows, row_valid, first)`` over the rows, concatenated, band by band
+    (:func:`triangle_bands`), where ``first`` (a Python int) is the band's first row + 1: the
+    earliest later step k > t that any of its rows pairs with. A band then computes only the
+    pairs k ≥ first; over all bands of b rows that is about T²/2 + T·b/2 pairs of the square
+    ``[T, T]`` grid (the rest lie at k ≤ t). Within a band the rows go ``chunk`` at a time
+    through :func:`chunked_rows` (a loop, each chunk rematerialised in the backward pass), so
+    memory stays that of one chunk: the bands themselves, unrolled with static shapes, would
+    not (one chunk per band, straight-line code, took 2.7× the temporaries of the loop for the
+    pair loss's gradient, N = 256, T = 64, hidden 128, chunk 8, on XLA:CPU)."""
+    outs = [chunked_rows(lambda _, valid, rows, first=start + 1: fn(rows, valid, first),
+                         end - start, chunk, jnp.arange(start, end, dtype=jnp.int32))
+            for start, end in triangle_bands(num_rows, chunk)]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
 
 
@@ -245,8 +253,8 @@ def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args,
     row arguments are the data of a fit (no gradient reaches them), and the function supports
     reverse-mode differentiation once (no ``jax.jvp``, no second derivatives).
 
-    ``triangle``: the chunks of :func:`triangle_rows`, ``fn(params, rows, first)`` (no row
-    arguments).
+    ``triangle``: the bands and chunks of :func:`triangle_rows`,
+    ``fn(params, rows, row_valid, first)`` (no row arguments).
     """
     def forward(params, *args):
         # Integer leaves of the parameters (indices, sizes) are constants of the sum.
@@ -266,10 +274,14 @@ def chunked_sum(fn, params: Any, num_rows: int, chunk: int, *row_args,
 
         zero = (jnp.zeros((), jnp.float32), [jnp.zeros_like(x) for x in differentiated])
         if triangle:
-            value, grad = zero
-            for start, end in row_spans(num_rows, chunk):
-                (value, grad), _ = one((value, grad),
-                                       (jnp.arange(start, end, dtype=jnp.int32), start + 1))
+            carry = zero
+            for start, end in triangle_bands(num_rows, chunk):
+                rows = _chunks(end - start, chunk, (jnp.arange(start, end, dtype=jnp.int32),))
+                _, valid, absolute = rows[2]
+                carry, _ = jax.lax.scan(
+                    lambda c, x, first=start + 1: one(c, (x[0], x[1], first)),
+                    carry, (absolute, valid))
+            value, grad = carry
         else:
             (value, grad), _ = jax.lax.scan(one, zero, _chunks(num_rows, chunk, args)[2])
         it = iter(grad)
@@ -313,9 +325,9 @@ def state_hca_future_credit(
         k_j = t + d_j,  d_j = offsets[t, j]
 
     ``offsets`` None (the default): every later step of the window, the exact double sum
-    Σ_{k>t}, each chunk of rows paired with the steps after its first row, their features
-    sliced and broadcast, not gathered (:func:`triangle_rows`: about T²/2 pairs where the
-    offsets of :func:`all_pair_offsets`, which give the same sum, take T(T − 1)). With
+    Σ_{k>t}, each band of rows paired with the steps after its first row, their features
+    sliced and broadcast, not gathered (:func:`triangle_rows`: about T²/2 + T·b/2 pairs where
+    the offsets of :func:`all_pair_offsets`, which give the same sum, take T(T − 1)). With
     :func:`sampled_pair_offsets` an unbiased estimate of it. Pairs that cross an episode end
     are invalid. Memory: one chunk of ``chunk × K × (2·hidden + 3A)`` floats at a time.
 
@@ -344,15 +356,9 @@ def state_hca_future_credit(
         return jnp.einsum("ck,cka->ca", weight, jnp.exp(log_h - log_pi) - 1.0)
 
     if _all_pairs(offsets, scale):
-        return triangle_rows(lambda t, first: credit_rows(t, _every(t), first), num_steps,
-                             chunk)
+        return triangle_rows(credit_rows, num_steps, chunk)
     return chunked_rows(lambda t, t_valid, offs, scl: credit_rows(t, t_valid, (offs, scl)),
                         num_steps, chunk, offsets, scale)
-
-
-def _every(t: Array) -> Array:
-    """Every row valid (the triangle's chunks have no padded rows)."""
-    return jnp.ones(t.shape, bool)
 
 
 def _all_pairs(offsets: Optional[Array], scale: Optional[Array]) -> bool:
@@ -434,10 +440,8 @@ def state_hca_pair_loss(
     # The source and target features carry the gradient to their projections.
     differentiable = (params, src, tgt)
     if _all_pairs(offsets, scale):
-        ce = chunked_sum(lambda p, t, first: ce_sum(p, t, _every(t), first), differentiable,
-                         num_steps, chunk, triangle=True)
-        w = triangle_rows(lambda t, first: pair_weight(t, _every(t), first).sum(-1),
-                          num_steps, chunk)
+        ce = chunked_sum(ce_sum, differentiable, num_steps, chunk, triangle=True)
+        w = triangle_rows(lambda *a: pair_weight(*a).sum(-1), num_steps, chunk)
     else:
         ce = chunked_sum(lambda p, t, t_valid, offs, scl: ce_sum(p, t, t_valid, (offs, scl)),
                          differentiable, num_steps, chunk, offsets, scale)
