@@ -443,3 +443,30 @@ def test_every_pair_on_the_triangle_equals_every_offset(num_steps, chunk):
         np.testing.assert_allclose(value, ref_value, rtol=1e-5)
         for g, r in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad)):
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6)
+
+
+def test_every_pair_on_the_triangle_needs_no_more_memory_than_the_offsets():
+    """The triangle's bands keep a loop over chunks: the pair loss's gradient needs no more
+    temporaries than the loop over explicit offsets (XLA's compiled memory analysis). Unrolled
+    chunks, one per band, took 2.4× as much here (2.6 MB against 1.1 MB)."""
+    num_steps, num_envs, num_actions = 32, 16, 4
+    k = jax.random.split(jax.random.key(21), 4)
+    obs = jax.random.normal(k[0], (num_steps, num_envs, 8))
+    logits = jax.random.normal(k[1], (num_steps, num_envs, num_actions))
+    reward = jax.random.normal(k[2], (num_steps, num_envs))
+    action = jax.random.randint(k[3], (num_steps, num_envs), 0, num_actions)
+    episode = jnp.zeros((num_steps,), jnp.int32)
+    model = hm.state_mlp(1, 32, True)
+    params = model.init(jax.random.key(22), obs[:, 0], num_actions, obs[:, 0])
+
+    def temp_bytes(*plan):
+        def loss(p):
+            def one(o, lg, a, r):
+                src, tgt = model.source(p, o), model.target(p, o, r)
+                return H.state_hca_pair_loss(model, p, src, tgt, lg, a, r, episode, 0.9, *plan,
+                                             chunk=4)[0]
+            return jax.vmap(one, in_axes=1)(obs, logits, action, reward).sum()
+        compiled = jax.jit(jax.grad(loss)).lower(params).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    assert temp_bytes() <= temp_bytes(*H.all_pair_offsets(num_steps))
