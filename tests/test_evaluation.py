@@ -36,6 +36,25 @@ def test_play_episodes_counts_each_episode_once_up_to_its_end():
     assert abs(float(out["return"])) < 0.05  # ± 1 with equal odds
 
 
+def test_play_episodes_stops_once_every_episode_has_ended():
+    """DelayedEffect (n = 3) lasts exactly 4 steps: with room for 1,000, the policy is still
+    called only 4 times (the steps after every episode's end would change nothing), and the
+    returns are those of the episodes."""
+    env, params = make_env("DelayedEffect", n=3, sigma=0.0)
+    calls = []
+
+    def always_zero(obs):
+        jax.debug.callback(lambda: calls.append(1))
+        return jnp.tile(jnp.array([5.0, -5.0]), (obs.shape[0], 1))
+
+    out = jax.jit(lambda key: play_episodes(env, params, memoryless(always_zero), key,
+                                            num_episodes=8, max_steps=1000))(KEY)
+    jax.block_until_ready(out)
+    assert len(calls) == 4
+    np.testing.assert_allclose(out["return_greedy"], 1.0)
+    np.testing.assert_allclose(out["length"], 4.0)
+
+
 CONFIG = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="DelayedEffect",
                                env_options=(("n", 3),), num_envs=8, num_steps=4,
                                total_timesteps=8 * 4 * 6, hidden_sizes=(16,), eval_every=3,

@@ -4,9 +4,10 @@ Every ``eval_every`` updates the engine plays ``eval_episodes`` episodes with ac
 from π and as many with the greedy action argmax π, on their own environment instances and with
 keys of their own (``fold_in(eval_key, update)``), so turning evaluation on or off never changes
 the training run. Each episode runs from a reset until its first end (termination or time limit)
-or ``max_steps`` steps. Reported: ``eval/return`` and ``eval/return_greedy`` (means over the
-episodes) and ``eval/length``. The returns the agent saw while training (``episode_return``) come
-from a policy that changed during the window and from episodes cut anywhere; these do not.
+or ``max_steps`` steps, and the loop stops once every episode has ended. Reported:
+``eval/return`` and ``eval/return_greedy`` (means over the episodes) and ``eval/length``. The
+returns the agent saw while training (``episode_return``) come from a policy that changed
+during the window and from episodes cut anywhere; these do not.
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def play_episodes(env: Any, env_params: Any, policy: Callable[[Any, Array, Array
         jax.random.split(reset_key, total), env_params)
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def one_step(carry, step_key):
-        obs, env_state, alive, ret, length, reached, memory, first = carry
+    step_keys = jax.random.split(run_key, max_steps)
+
+    def one_step(carry):
+        i, obs, env_state, alive, ret, length, reached, memory, first = carry
+        step_key = step_keys[i]
         act_key, env_key = jax.random.split(step_key)
         memory, logits = policy(memory, obs, first)
         law = distribution or ActionDistribution("categorical", logits.shape[-1])
@@ -68,13 +72,18 @@ def play_episodes(env: Any, env_params: Any, policy: Callable[[Any, Array, Array
             reached = reached | (alive & success(obs, info["final_observation"], reward))
         alive = alive & ~(terminated | truncated)
         first = terminated | truncated
-        return (next_obs, env_state, alive, ret, length, reached, memory, first), None
+        return i + 1, next_obs, env_state, alive, ret, length, reached, memory, first
 
-    init = (obs, env_state, jnp.ones((total,), bool), jnp.zeros((total,), jnp.float32),
-            jnp.zeros((total,), jnp.int32), jnp.zeros((total,), bool), memory,
-            jnp.ones((total,), bool))
-    (_, _, _, ret, length, reached, _, _), _ = jax.lax.scan(one_step, init,
-                                                      jax.random.split(run_key, max_steps))
+    def playing(carry):
+        i, alive = carry[0], carry[3]
+        return (i < max_steps) & jnp.any(alive)
+
+    # Stops once every episode has ended: the steps after it would change nothing (every sum
+    # is masked by ``alive``), and a poor policy's episodes end long before ``max_steps``.
+    init = (jnp.int32(0), obs, env_state, jnp.ones((total,), bool),
+            jnp.zeros((total,), jnp.float32), jnp.zeros((total,), jnp.int32),
+            jnp.zeros((total,), bool), memory, jnp.ones((total,), bool))
+    _, _, _, _, ret, length, reached, _, _ = jax.lax.while_loop(playing, one_step, init)
     sampled = ~greedy
     out = {
         "return": jnp.sum(jnp.where(sampled, ret, 0.0)) / num_episodes,
