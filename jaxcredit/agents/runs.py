@@ -1,8 +1,10 @@
-"""What both engines share: the run loop over updates and evaluation points, building the
+"""What the engines share: the run loop over updates and evaluation points, building the
 environment of a config, and the checks and conversions every engine makes.
 
-The on-policy engine (``jaxcredit.agents.train``) and the off-policy one
-(``jaxcredit.agents.dqn``) both import from here, and neither from the other.
+The on-policy engine (``jaxcredit.agents.train``) and the off-policy ones
+(``jaxcredit.agents.dqn``, ``jaxcredit.agents.pqn``) all import from here. The off-policy
+engines import nothing from the on-policy one; ``train.make_engine`` imports them to dispatch
+on ``config.algo``.
 """
 
 from __future__ import annotations
