@@ -400,7 +400,7 @@ def test_hindsight_model_losses_decrease_on_a_fixed_batch():
         assert float(after) < 0.9 * before, (name, before, float(after))
 
 
-@pytest.mark.parametrize("num_steps,chunk", [(8, 3), (7, 3), (5, 8)])
+@pytest.mark.parametrize("num_steps,chunk", [(8, 3), (7, 3)])
 def test_every_pair_on_the_triangle_equals_every_offset(num_steps, chunk):
     """The default "every later step" plan (offsets None: chunks paired with the steps after
     their first row, ``triangle_rows``) gives the credit, the loss and its gradient of the
@@ -425,20 +425,21 @@ def test_every_pair_on_the_triangle_equals_every_offset(num_steps, chunk):
         return H.state_hca_future_credit(model, p, src, tgt, logits, traj.reward[:, 0],
                                          episode, 0.9, *plan, chunk=chunk)
 
-    np.testing.assert_allclose(credit(params), credit(params, offsets, scale),
+    triangle = jax.jit(credit)(params)
+    np.testing.assert_allclose(triangle, jax.jit(credit)(params, offsets, scale),
                                rtol=1e-5, atol=1e-6)
-    assert float(jnp.abs(credit(params)).max()) > 0.01
+    assert float(jnp.abs(triangle).max()) > 0.01
     for mask in (False, True):
-        def loss(p, *plan):
+        def loss(p, *plan, mask=mask):
             src, tgt = features(p)
             ce, w = H.state_hca_pair_loss(model, p, src, tgt, logits, traj.action[:, 0],
                                           traj.reward[:, 0], episode, 0.9, *plan, chunk=chunk,
                                           mask_zero_reward=mask)
             return ce / w, w
 
-        (value, w), grad = jax.value_and_grad(loss, has_aux=True)(params)
-        (ref_value, ref_w), ref_grad = jax.value_and_grad(loss, has_aux=True)(
-            params, offsets, scale)
+        value_and_grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
+        (value, w), grad = value_and_grad(params)
+        (ref_value, ref_w), ref_grad = value_and_grad(params, offsets, scale)
         np.testing.assert_allclose(w, ref_w, rtol=1e-6)
         np.testing.assert_allclose(value, ref_value, rtol=1e-5)
         for g, r in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad)):
