@@ -51,6 +51,10 @@ LEARNERS: dict[str, dict[str, Any]] = {
     # Hindsight-DICE: the ratio π/h learned by DualDICE instead of divided.
     "hca_dice": dict(algo="a2c", estimator="hca_dice"),
     "hca_state": dict(algo="a2c", estimator="hca_state"),
+    # Every later step of the window, whatever its length (KeyToDoor's cocoa regime otherwise
+    # samples 16 per step beyond L = 32): COCOA's full sums for HCA+.
+    "hca_state all-pairs": dict(algo="a2c", estimator="hca_state",
+                                estimator_options=(("pairs", "all"),)),
     "c2a2c": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "hard"),)),
     "c2a2c soft": dict(algo="a2c", estimator="c2a2c", estimator_options=(("gate", "soft"),)),
     # Counterfactual Credit Assignment (CCA-PG); "cca gru" builds X_t with a forward GRU over the

@@ -135,6 +135,11 @@ COCOA_LEARNER_SETTINGS = {
     # zero-reward mask.
     "hca_state": (dict(critic=False, **COCOA_MODEL_CONFIG), dict(model="hypernet", hidden=256),
                   dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # As "hca_state", with every later step at any L (COCOA's full sums; the one above samples
+    # 16 per step beyond L = 32).
+    "hca_state all-pairs": (dict(critic=False, **COCOA_MODEL_CONFIG),
+                            dict(model="hypernet", hidden=256, pairs="all"),
+                            dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
     # Return HCA is not in COCOA's code: the same agent and model optimisers as HCA+.
     "hca_return": (dict(critic=False, **COCOA_MODEL_CONFIG), {},
                    dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
@@ -199,7 +204,7 @@ def cocoa_case(length: int, label: str, updates: int, lr: Optional[float] = None
                          f"{', '.join(COCOA_LEARNER_SETTINGS)}")
     fields, options, hp = COCOA_LEARNER_SETTINGS[label]
     options = dict(options)
-    if label.startswith("hca_state") and length > 32:
+    if label.startswith("hca_state") and length > 32 and "pairs" not in options:
         options.update(pairs="sampled", num_pairs=16)  # O(L²) pairs are too many on a CPU
     overrides = dict(COCOA_CONFIG, **fields)
     if options:
