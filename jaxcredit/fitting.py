@@ -160,7 +160,7 @@ def _draw_columns(fit: FitState, fresh: Trajectory, size: int, key: Array) -> Tr
 
 def pretrain(loss_fn: LossFn, fit_state: FitState, hparams: Any, lr: Array,
              max_grad_norm: Array, key: Array, steps: int, trainable: Any,
-             when: Array) -> FitState:
+             when: Array, prepare: Optional[Callable[[Any], Any]] = None) -> FitState:
     """``steps`` full-batch Adam steps of ``loss_fn`` on the burn-in windows
     (``fit_state.pretrain_buffer``, all of them side by side), moving only the ``trainable``
     leaves; the optimiser state then starts afresh for the fits that follow (Adam's moments and
@@ -171,23 +171,29 @@ def pretrain(loss_fn: LossFn, fit_state: FitState, hparams: Any, lr: Array,
     ``cond`` on a per-run predicate becomes a select that runs both branches, so every update
     would pay for the whole pretraining; a batched loop runs as long as its longest member,
     which is 0 at every update but the one that pretrains. Step i's key is ``fold_in(key, i)``,
-    made inside the loop, so the updates that do not pretrain make no keys either."""
+    made inside the loop, so the updates that do not pretrain make no keys either.
+    ``prepare``: applied to the windows once, before the steps (``Estimator.pretrain_data``)."""
     data = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1).reshape(
         (x.shape[1], x.shape[0] * x.shape[2]) + x.shape[3:]), fit_state.pretrain_buffer)
     adam = optax.scale_by_adam(eps=MODEL_ADAM_EPS)
 
-    def step(carry, step_key):
+    def step(data, carry, step_key):
         params, opt_state = carry
         grads = jax.grad(lambda p: loss_fn(p, data, hparams, step_key)[0])(params)
         new, opt_state, _ = adam_step(params, opt_state, grads, lr, max_grad_norm,
                                       MODEL_ADAM_EPS)
         new = jax.tree.map(lambda n, o, t: jnp.where(t, n, o), new, params, trainable)
-        return (new, opt_state), None
+        return new, opt_state
 
-    params, _ = jax.lax.fori_loop(
-        0, jnp.where(when, steps, 0),
-        lambda i, carry: step(carry, jax.random.fold_in(key, i))[0],
-        (fit_state.params, adam.init(fit_state.params)))
+    def all_steps(carry):
+        prepared = data if prepare is None else prepare(data)
+        return jax.lax.fori_loop(
+            0, steps, lambda i, c: step(prepared, c, jax.random.fold_in(key, i)), carry)
+
+    # A loop of one trip or none around the steps, so that ``prepare`` too runs only when
+    # pretraining (under vmap: when any member does).
+    params, _ = jax.lax.fori_loop(0, jnp.where(when, 1, 0), lambda _, c: all_steps(c),
+                                  (fit_state.params, adam.init(fit_state.params)))
     opt_state = jax.tree.map(lambda new, old: jnp.where(when, new, old), adam.init(params),
                              fit_state.opt_state)
     return fit_state.replace(params=params, opt_state=opt_state)

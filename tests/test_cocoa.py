@@ -530,3 +530,42 @@ def test_start_at_policy_gives_h_equal_to_pi_and_learns_through_the_floor():
     with pytest.raises(ValueError, match="start_at_policy needs"):
         make_estimator("cocoa_reward", reward_values="0,1", model="hypernet",
                        start_at_policy=True)
+
+
+def test_the_feature_pretraining_summary_gives_the_loss_and_gradient_of_every_step():
+    """COCOA-feature's pretraining reads the distinct (observation, action) pairs with their
+    counts, mean rewards and the rewards' spread: the same loss and gradient as the mean over
+    every step (6 distinct observations × 3 actions among 200 steps, rewards random per step).
+    A bound smaller than the distinct pairs makes the loss NaN instead of fitting part of the
+    data."""
+    k = jax.random.split(jax.random.key(31), 5)
+    rows = jax.random.bernoulli(k[0], 0.5, (6, 5)).astype(jnp.float32)
+    obs = rows[jax.random.randint(k[1], (40, 5), 0, 6)]
+    action = jax.random.randint(k[2], (40, 5), 0, 3)
+    reward = jax.random.choice(k[3], jnp.array([0.0, 0.1, 0.9]), (40, 5))
+    tr = Trajectory(obs=obs, action=action, reward=reward, terminated=jnp.zeros((40, 5), bool),
+                    truncated=jnp.zeros((40, 5), bool), value=jnp.zeros((40, 5)),
+                    next_value=jnp.zeros((40, 5)), log_prob=jnp.zeros((40, 5)),
+                    logits=jnp.zeros((40, 5, 3)))
+    obj = C.feature_object(16, 0.05, 1e-3, 1e-3, max_distinct=18)
+    params = obj.init(k[4], tr)
+    params["readout"] = jax.random.normal(k[4], params["readout"].shape)
+    (value, metrics), grad = jax.value_and_grad(obj.loss, has_aux=True)(params, tr)
+    summary = obj.summarise(tr)
+    assert int((summary["weight"] > 0).sum()) == len({(tuple(np.asarray(o)), int(a)) for o, a in
+                                                      zip(obs.reshape(-1, 5), action.reshape(-1))})
+    (got, got_metrics), got_grad = jax.value_and_grad(obj.summary_loss, has_aux=True)(
+        params, summary)
+    assert float(metrics["feature_loss"]) > 0.01
+    np.testing.assert_allclose(got, value, rtol=1e-5)
+    np.testing.assert_allclose(got_metrics["features_active"], metrics["features_active"],
+                               rtol=1e-5)
+    for name in ("gate", "readout", "bias"):
+        np.testing.assert_allclose(got_grad[name], grad[name], rtol=1e-4, atol=1e-7)
+    small = C.feature_object(16, 0.05, 1e-3, 1e-3, max_distinct=4)
+    assert np.isnan(float(small.summary_loss(params, small.summarise(tr))[0]))
+    # The engine's estimator gets the bound from a tabular environment, and none without one.
+    env, env_params = envs.make("KeyToDoor", length=8)
+    assert make_estimator("cocoa_feature", env=env, env_params=env_params,
+                          features="pretrain").pretrain_data is not None
+    assert make_estimator("cocoa_feature", features="pretrain").pretrain_data is None

@@ -225,8 +225,9 @@ def test_pretrained_features_are_fitted_once_after_burn_in_then_frozen():
     # The pretraining lowered the feature loss on the burn-in windows.
     window = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1).reshape(
         (x.shape[1], -1) + x.shape[3:]), states[3].estimator.pretrain_buffer)
-    before = est.pretrain_loss(states[0].estimator.params, window, hp, None)[0]
-    after = est.pretrain_loss(states[3].estimator.params, window, hp, None)[0]
+    data = window if est.pretrain_data is None else est.pretrain_data(window)
+    before = est.pretrain_loss(states[0].estimator.params, data, hp, None)[0]
+    after = est.pretrain_loss(states[3].estimator.params, data, hp, None)[0]
     assert float(after) < float(before)
 
 

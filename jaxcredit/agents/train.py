@@ -273,7 +273,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                                  hparams.estimator_lr, hparams.estimator_max_grad_norm,
                                  pretrain_key, pretrain_steps,
                                  estimator.pretrained(est_state.params),
-                                 when=state.update == burn_in)
+                                 when=state.update == burn_in, prepare=estimator.pretrain_data)
             frozen = estimator.pretrained(est_state.params)
         fitted, fit_metrics = fit(
             estimator.loss, est_state, traj, hparams,

@@ -88,6 +88,10 @@ class Estimator:
         of it on the windows of the burn-in updates.
       pretrained: ``params -> pytree of bool``, the leaves that ``pretrain_loss`` fits (frozen
         afterwards; ``loss`` does not move them).
+      pretrain_data: ``burn-in trajectory -> data``, computed once before the pretraining steps,
+        which then read ``data`` in place of the trajectory (COCOA-feature on a tabular
+        environment: the sufficient statistics of its distinct (observation, action) pairs);
+        None: the trajectory itself.
       credit_ratio: ``(params, trajectory, hparams) -> [T, *batch]`` the credit ratio
         ρ = π(a_t|s_t) / h(a_t|s_t, ·) at the actions taken, for estimators built on one
         (return hindsight): the engine reports its error against the exact model's.
@@ -117,6 +121,7 @@ class Estimator:
     credit_ratio: Optional[RatioFn] = None
     pretrain_loss: Optional[LossFn] = None
     pretrained: Optional[Callable[[Any], Any]] = None
+    pretrain_data: Optional[Callable[[Any], Any]] = None
     continuous_actions: bool = False
     reads_agent_state: bool = False
     diagnose: Optional[DiagnoseFn] = None

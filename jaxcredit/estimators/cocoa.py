@@ -94,12 +94,21 @@ def reward_prediction(params: dict, features: Array, action: Array) -> Array:
 
 
 def feature_object(num_features: int, threshold: float, feature_l1: float,
-                   readout_l2: float) -> HindsightObject:
+                   readout_l2: float, max_distinct: Optional[int] = None) -> HindsightObject:
     """u_k = g(s_k, a_k), features fitted to predict r_k (COCOA-feature).
 
     Loss: ½ mean_k (r̂(s_k, a_k) − r_k)² + feature_l1 · mean|G| + readout_l2 · mean(w²). The
     shrinkage keeps the features few and coarse: the fewer distinct objects, the fewer spurious
     contributions.
+
+    ``max_distinct``: a bound on the distinct (observation, action) pairs (a tabular
+    environment's states × actions). With it the object has a summary for the pretraining: the
+    distinct pairs x_j with their counts n_j, mean rewards r̄_j and the spread
+    c = ½ Σ_k (r_k − r̄_{j(k)})² / n, from which ½ mean_k (r̂_k − r_k)² = ½ Σ_j (n_j / n)
+    (r̂(x_j) − r̄_j)² + c: the same loss and gradient from at most ``max_distinct`` rows
+    instead of every step of the burn-in episodes (KeyToDoor L = 63: 512 rows against 15 120).
+    Pairs beyond the bound would be dropped, so it must hold: observations that are a
+    function of the tabular state.
     """
 
     def inputs(tr: Trajectory) -> Array:
@@ -127,7 +136,40 @@ def feature_object(num_features: int, threshold: float, feature_l1: float,
         metrics = {"feature_loss": mse, "features_active": jax.lax.stop_gradient(features).mean()}
         return value, metrics
 
-    return HindsightObject(apply=apply, init=init, loss=loss)
+    def penalties(params) -> Array:
+        return (feature_l1 * jnp.mean(jnp.abs(params["gate"]))
+                + readout_l2 * jnp.mean(params["readout"] ** 2))
+
+    def summarise(tr: Trajectory) -> dict:
+        x = inputs(tr).reshape(-1, inputs(tr).shape[-1])
+        action, reward = tr.action.reshape(-1), tr.reward.reshape(-1).astype(jnp.float32)
+        rows = jnp.concatenate([x, action[:, None].astype(x.dtype)], -1)
+        size = min(int(max_distinct), rows.shape[0])
+        distinct, index = jnp.unique(rows, axis=0, size=size, fill_value=0.0,
+                                     return_inverse=True)
+        index = index.reshape(-1)
+        count = jax.ops.segment_sum(jnp.ones_like(reward), index, size)
+        mean = jax.ops.segment_sum(reward, index, size) / jnp.maximum(count, 1.0)
+        spread = 0.5 * jnp.mean((reward - mean[jnp.minimum(index, size - 1)]) ** 2)
+        # Rows beyond the bound fall outside every count: then the weights are NaN, and so is
+        # the pretraining, rather than a loss silently fitted to part of the data.
+        complete = jnp.sum(count) == reward.shape[0]
+        return {"obs": distinct[:, :-1], "action": distinct[:, -1].astype(jnp.int32),
+                "weight": jnp.where(complete, count / reward.shape[0], jnp.nan),
+                "reward": mean, "spread": spread}
+
+    def summary_loss(params, summary: dict):
+        features = reward_features(params, summary["obs"], summary["action"], threshold)
+        error = reward_prediction(params, features, summary["action"]) - summary["reward"]
+        mse = 0.5 * jnp.sum(summary["weight"] * error ** 2) + summary["spread"]
+        active = jnp.sum(summary["weight"][:, None] * jax.lax.stop_gradient(features))
+        return mse + penalties(params), {"feature_loss": mse,
+                                         "features_active": active / features.shape[-1]}
+
+    if max_distinct is None:
+        return HindsightObject(apply=apply, init=init, loss=loss)
+    return HindsightObject(apply=apply, init=init, loss=loss, summarise=summarise,
+                           summary_loss=summary_loss)
 
 
 def reward_oracle() -> hm.StateHindsightModel:
@@ -269,6 +311,14 @@ def cocoa_reward(
         make_oracle=lambda: cocoa_reward(tuple(values.tolist()), **options, model="oracle"))
 
 
+def tabular_pairs(env: Any) -> Optional[int]:
+    """States × actions of a tabular environment (``envs.tabular_env.TabularEnv``: its
+    observations are a function of its state); None for any other."""
+    if getattr(env, "tabular_mdp", None) is not None and getattr(env, "num_states", None):
+        return int(env.num_states) * int(env.num_actions)
+    return None
+
+
 def cocoa_feature(
     num_features: int = 128,
     threshold: float = 0.05,
@@ -329,7 +379,8 @@ def cocoa_feature(
 
     return pairwise_estimator(
         "cocoa_feature", build,
-        feature_object(num_features, float(threshold), float(feature_l1), float(readout_l2)),
+        feature_object(num_features, float(threshold), float(feature_l1), float(readout_l2),
+                       max_distinct=tabular_pairs(env)),
         pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
         mask_zero_reward_loss=mask_zero_reward_loss, oracle=False,
         exact_model=None if env is None else "reward_hindsight",

@@ -56,6 +56,12 @@ class HindsightObject:
       init: ``init(key, trajectory) -> params`` of a learned object (None: no parameters).
       loss: ``loss(params, trajectory) -> (scalar, metrics)`` of a learned object; it is added
         to the hindsight model's cross-entropy (the object sees no gradient of the latter).
+      summarise, summary_loss: for a learned object whose loss is a mean over steps of a
+        function of (observation, action, reward) that is quadratic in the reward (COCOA's
+        reward regression): ``summarise(trajectory) -> summary``, its sufficient statistics
+        (each distinct (observation, action) with its count, mean reward and the rewards'
+        spread), and ``summary_loss(params, summary) -> (scalar, metrics)``, the same loss
+        and gradient from them. The pretraining computes the summary once and steps on it.
       groups: for an object with a finite set of U values (a reward value),
         ``groups(params, trajectory) -> (index [T, N], u [U, ...], r [U])``: each step's value
         index, and every value as the model's ``target`` reads it (u and its reward). It makes
@@ -66,6 +72,8 @@ class HindsightObject:
     init: Optional[Callable[[Array, Trajectory], Any]] = None
     loss: Optional[Callable[[Any, Trajectory], tuple[Array, dict]]] = None
     groups: Optional[Callable[[Any, Trajectory], tuple[Array, Array, Array]]] = None
+    summarise: Optional[Callable[[Trajectory], Any]] = None
+    summary_loss: Optional[Callable[[Any, Any], tuple[Array, dict]]] = None
 
 
 def observation_object(oracle: bool) -> HindsightObject:
@@ -336,9 +344,17 @@ def pairwise_estimator(
             weight = weight * (jax.vmap(lambda rr, kk: rr[kk], in_axes=(1, 0))(tr.reward, k) != 0)
         return log_h, weight
 
-    def pretrain_loss(params, trajectory: Trajectory, hparams, key):
+    summarised = hindsight_object.summarise is not None
+
+    def pretrain_data(trajectory: Trajectory):
+        return hindsight_object.summarise(flat(trajectory))
+
+    def pretrain_loss(params, data, hparams, key):
+        """The object's loss on the burn-in windows (``data``), or on their summary."""
         del hparams, key
-        return hindsight_object.loss(split(params)[1], flat(trajectory))
+        if summarised:
+            return hindsight_object.summary_loss(split(params)[1], data)
+        return hindsight_object.loss(split(params)[1], flat(data))
 
     def pretrained(params):
         return {"hindsight": jax.tree.map(lambda _: False, params["hindsight"]),
@@ -352,4 +368,5 @@ def pairwise_estimator(
                      hindsight=hindsight if exact_model is not None and not learned_object
                      else None,
                      pretrain_loss=pretrain_loss if pretrained_object else None,
-                     pretrained=pretrained if pretrained_object else None)
+                     pretrained=pretrained if pretrained_object else None,
+                     pretrain_data=pretrain_data if pretrained_object and summarised else None)
