@@ -217,23 +217,33 @@ def _random_window(seed, num_steps=11, num_envs=3, values=(0.0, 0.5, 1.0)):
 @pytest.mark.parametrize("model", ["mlp", "hypernet", "tabular"])
 def test_grouped_pairs_give_the_all_pairs_credit_and_loss(model):
     hp = Hparams.create(gamma=0.9, lambda_=0.9)
-    for seed in range(3):
-        traj = _random_window(seed)
-        credit, loss, grad = {}, {}, {}
-        # The grouped sums run chunk by chunk over t (3 does not divide T = 11: a padded
-        # chunk), the gradient through rematerialised chunks.
-        for pairs, chunk in (("all", 8), ("grouped", 3)):
-            for mask in (True, False):
-                est = make_estimator("cocoa_reward", reward_values="0,0.5,1", hidden=8,
-                                     pairs=pairs, model=model, num_states=4,
-                                     mask_zero_reward_loss=mask, chunk=chunk)
+    windows = [_random_window(seed) for seed in range(3)]
+    results = {}
+    # The grouped sums run chunk by chunk over t (3 does not divide T = 11: a padded chunk),
+    # the gradient through rematerialised chunks.
+    for pairs, chunk in (("all", 8), ("grouped", 3)):
+        for mask in (True, False):
+            est = make_estimator("cocoa_reward", reward_values="0,0.5,1", hidden=8,
+                                 pairs=pairs, model=model, num_states=4,
+                                 mask_zero_reward_loss=mask, chunk=chunk)
+
+            @jax.jit  # one compile for the three windows
+            def credit_loss_grad(traj, est=est):
                 params = est.init(jax.random.key(4), traj)
                 # A non-trivial model: perturb the zero-initialised output layer.
                 params = jax.tree.map(
                     lambda p: p + 0.5 * jax.random.normal(jax.random.key(5), p.shape), params)
-                credit[pairs] = est.assign(params, traj, hp, KEY).advantage
-                loss[pairs, mask] = est.loss(params, traj, hp, KEY)[0]
-                grad[pairs, mask] = jax.grad(lambda q: est.loss(q, traj, hp, KEY)[0])(params)
+                loss, grad = jax.value_and_grad(lambda q: est.loss(q, traj, hp, KEY)[0])(params)
+                return est.assign(params, traj, hp, KEY).advantage, loss, grad
+
+            for seed, traj in enumerate(windows):
+                results[pairs, mask, seed] = credit_loss_grad(traj)
+    for seed in range(3):
+        credit = {pairs: results[pairs, True, seed][0] for pairs in ("all", "grouped")}
+        loss = {(pairs, mask): results[pairs, mask, seed][1]
+                for pairs in ("all", "grouped") for mask in (True, False)}
+        grad = {(pairs, mask): results[pairs, mask, seed][2]
+                for pairs in ("all", "grouped") for mask in (True, False)}
         np.testing.assert_allclose(credit["grouped"], credit["all"], atol=1e-5)
         for mask in (True, False):
             np.testing.assert_allclose(loss["grouped", mask], loss["all", mask], rtol=1e-5)
