@@ -579,3 +579,9 @@ def test_the_feature_pretraining_summary_gives_the_loss_and_gradient_of_every_st
     assert make_estimator("cocoa_feature", env=env, env_params=env_params,
                           features="pretrain").pretrain_data is not None
     assert make_estimator("cocoa_feature", features="pretrain").pretrain_data is None
+    # Nor from one whose observations are not a function of its state (GridWorld's time
+    # feature: 676 distinct observation-action pairs in 800 random steps, 200 state-action
+    # pairs), which would overflow the bound and make the pretraining NaN.
+    grid, grid_params = envs.make("GridWorld-v1")
+    assert make_estimator("cocoa_feature", env=grid, env_params=grid_params,
+                          features="pretrain").pretrain_data is None

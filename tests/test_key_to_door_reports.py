@@ -80,3 +80,18 @@ def test_a_missing_run_is_one_line(name, tmp_path, capsys):
     assert _script(name).main([str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("regime", ["jaxcredit", "cocoa"])
+def test_hca_state_samples_pairs_beyond_l32_unless_the_learner_names_its_pairs(regime):
+    """run.py's cases: HCA+ draws 16 later steps per step beyond L = 32 (O(L²) pairs are too
+    many on a CPU), and "hca_state all-pairs" keeps every pair in both regimes."""
+    run = _script("run")
+
+    def options(label, length):
+        return dict(run.case(length, label, 10, regime=regime).config.estimator.options)
+
+    assert options("hca_state", 63)["pairs"] == "sampled"
+    assert options("hca_state", 63)["num_pairs"] == 16
+    assert options("hca_state", 23).get("pairs", "all") == "all"
+    assert options("hca_state all-pairs", 63)["pairs"] == "all"

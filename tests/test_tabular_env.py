@@ -49,6 +49,26 @@ def test_every_registered_env_with_ground_truth_keeps_the_protocol(name):
         assert 0 <= index < env.num_states and float(mdp.initial[index]) > 0, (name, index)
         np.testing.assert_allclose(np.asarray(mdp.observation[index]).reshape(-1),
                                    np.asarray(obs, np.float32).reshape(-1), atol=1e-6)
+    # Along random episodes (resets included) the observation is the MDP's observation row of
+    # the state exactly when the environment says so (``observation_of_state``: COCOA-feature's
+    # pretraining summary bounds the distinct observations by S on that promise).
+    obs, state_index = jax.vmap(_random_walk, (None, None, 0))(
+        env, params, jax.random.split(jax.random.key(0), 4))
+    table = np.asarray(mdp.observation)[np.asarray(state_index)].reshape(obs.shape[:2] + (-1,))
+    matches = np.abs(table - np.asarray(obs, np.float32).reshape(table.shape)).max(-1) < 1e-6
+    assert matches.all() if env.observation_of_state else not matches.all(), name
+
+
+def _random_walk(env, params, key, steps=24):
+    """``(observations, state indices)`` of ``steps`` uniformly random actions from a reset."""
+    def step(carry, step_key):
+        obs, state = carry
+        act_key, env_key = jax.random.split(step_key)
+        action = jax.random.randint(act_key, (), 0, env.num_actions)
+        next_obs, next_state, *_ = env.step(env_key, state, action, params)
+        return (next_obs, next_state), (obs, env.state_index(state))
+
+    return jax.lax.scan(step, env.reset(key, params), jax.random.split(key, steps))[1]
 
 
 def test_the_known_tabular_envs_are_tabular():

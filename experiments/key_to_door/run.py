@@ -228,8 +228,10 @@ def case(length: int, label: str, updates: int, lr: Optional[float] = None,
     if regime == "cocoa":
         return cocoa_case(length, label, updates, lr, estimator_lr, eval_every)
     overrides = {}
-    if label.startswith("hca_state") and length > 32:
-        # O(L²) pairs per episode are too many on a CPU: 16 sampled future steps per step.
+    preset_options = dict(learner_fields(label).get("estimator_options", ()))
+    if label.startswith("hca_state") and length > 32 and "pairs" not in preset_options:
+        # O(L²) pairs per episode are too many on a CPU: 16 sampled future steps per step
+        # (a learner that names its pairs, "hca_state all-pairs", keeps them).
         overrides["estimator_options"] = (("pairs", "sampled"), ("num_pairs", 16))
     if label.startswith("cocoa"):
         # Only rewarded later steps carry COCOA credit: all of them up to 16 per step (every

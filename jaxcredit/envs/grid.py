@@ -89,6 +89,7 @@ class GridWorld(TabularEnv, DiscreteEnv):
             raise ValueError(f"GridWorld version must be one of {sorted(MAPS)} (got {version}).")
         self.version = int(version)
         self.time_feature = bool(time_feature)
+        self.observation_of_state = not self.time_feature  # t / max_steps is not in the state
         grid = np.array([list(row) for row in MAPS[version]])
         self.height, self.width = grid.shape
         flat = grid.reshape(-1)

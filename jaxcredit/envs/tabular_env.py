@@ -10,8 +10,8 @@ An environment with a finite state space mixes in :class:`TabularEnv` and writes
 
 It then gets ``tabular_mdp(params=None)``: one compiled program per environment instance (building
 the tensors op by op would cost one compilation per op and shape), which also works when
-``params`` are traced (inside a jitted or vmapped function it is inlined). Two optional hooks have
-defaults:
+``params`` are traced (inside a jitted or vmapped function it is inlined). Two optional hooks and
+a flag have defaults:
 
 * ``task_metrics(params, pi) -> {name: scalar}``: decisive task quantities of a tabular policy
   ``pi [S, A]`` (e.g. the probability of collecting KeyToDoor's treasure); default ``{}``.
@@ -20,6 +20,10 @@ defaults:
   probability of reward ``values[j]`` given (s, a, s') (or given (s, a), the reward then being
   independent of s'). Default ``None``: the MDP's own law, N(``transition_reward``,
   ``transition_reward_std``²), deterministic where the std is 0.
+* ``observation_of_state``: True (the default) where the observation is a function of the
+  tabular state, so that an episode shows at most S distinct observations (COCOA-feature's
+  pretraining summary relies on it); False where it also carries something else, such as
+  GridWorld's elapsed-time feature.
 
 Wrappers that do not change the reward process (``TimeLimit``, ``EpisodeStats``,
 ``FlattenObservation``) forward all of this to the inner environment; ``DelayedReward`` hides it
@@ -55,6 +59,7 @@ class TabularEnv:
     """
 
     num_states: int
+    observation_of_state: bool = True
 
     def state_index(self, state: Any) -> Array:
         """Tabular index ``int32`` of an environment state (jittable, elementwise)."""

@@ -147,13 +147,14 @@ def feature_object(num_features: int, threshold: float, feature_l1: float,
         size = min(int(max_distinct), rows.shape[0])
         distinct, index = jnp.unique(rows, axis=0, size=size, fill_value=0.0,
                                      return_inverse=True)
-        index = index.reshape(-1)
+        index = jnp.clip(index.reshape(-1), 0, size - 1)
         count = jax.ops.segment_sum(jnp.ones_like(reward), index, size)
         mean = jax.ops.segment_sum(reward, index, size) / jnp.maximum(count, 1.0)
-        spread = 0.5 * jnp.mean((reward - mean[jnp.minimum(index, size - 1)]) ** 2)
-        # Rows beyond the bound fall outside every count: then the weights are NaN, and so is
-        # the pretraining, rather than a loss silently fitted to part of the data.
-        complete = jnp.sum(count) == reward.shape[0]
+        spread = 0.5 * jnp.mean((reward - mean[index]) ** 2)
+        # A row beyond the bound has no distinct row of its own (whatever index ``unique``
+        # gives it): then the weights are NaN, and so is the pretraining, rather than a loss
+        # silently fitted to part of the data.
+        complete = jnp.all(distinct[index] == rows)
         return {"obs": distinct[:, :-1], "action": distinct[:, -1].astype(jnp.int32),
                 "weight": jnp.where(complete, count / reward.shape[0], jnp.nan),
                 "reward": mean, "spread": spread}
@@ -312,9 +313,11 @@ def cocoa_reward(
 
 
 def tabular_pairs(env: Any) -> Optional[int]:
-    """States × actions of a tabular environment (``envs.tabular_env.TabularEnv``: its
-    observations are a function of its state); None for any other."""
-    if getattr(env, "tabular_mdp", None) is not None and getattr(env, "num_states", None):
+    """States × actions of a tabular environment whose observations are a function of its
+    state (``envs.tabular_env.TabularEnv.observation_of_state``); None for any other (e.g.
+    GridWorld with its time feature, whose observations outnumber its states)."""
+    if (getattr(env, "tabular_mdp", None) is not None and getattr(env, "num_states", None)
+            and getattr(env, "observation_of_state", False)):
         return int(env.num_states) * int(env.num_actions)
     return None
 
