@@ -55,6 +55,74 @@ def test_play_episodes_stops_once_every_episode_has_ended():
     np.testing.assert_allclose(out["length"], 4.0)
 
 
+def _scan_to_max_steps(env, params, policy, key, num_episodes, max_steps, success, memory):
+    """The reference: every one of ``max_steps`` steps with the same keys as ``play_episodes``,
+    each sum masked by the episode being alive (what evaluation computed before it stopped
+    early)."""
+    from jaxcredit.policies import ActionDistribution
+
+    total = 2 * num_episodes
+    greedy = jnp.arange(total) >= num_episodes
+    reset_key, run_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, total),
+                                                         params)
+
+    def step(carry, step_key):
+        obs, state, alive, ret, length, reached, memory, first = carry
+        act_key, env_key = jax.random.split(step_key)
+        memory, logits = policy(memory, obs, first)
+        law = ActionDistribution("categorical", logits.shape[-1])
+        action = jnp.where(greedy, law.mode(logits), law.sample(act_key, logits))
+        next_obs, state, reward, terminated, truncated, info = jax.vmap(
+            env.step, in_axes=(0, 0, 0, None))(jax.random.split(env_key, total), state, action,
+                                               params)
+        ret = ret + jnp.where(alive, reward, 0.0)
+        length = length + alive
+        reached = reached | (alive & success(obs, info["final_observation"], reward))
+        alive = alive & ~(terminated | truncated)
+        return (next_obs, state, alive, ret, length, reached, memory,
+                terminated | truncated), None
+
+    ones, zeros = jnp.ones((total,), bool), jnp.zeros((total,))
+    init = (obs, state, ones, zeros, zeros.astype(jnp.int32), ~ones, memory, ones)
+    (_, _, _, ret, length, reached, _, _), _ = jax.lax.scan(
+        step, init, jax.random.split(run_key, max_steps))
+    sampled = ~greedy
+    return {"return": jnp.sum(jnp.where(sampled, ret, 0.0)) / num_episodes,
+            "return_greedy": jnp.sum(jnp.where(greedy, ret, 0.0)) / num_episodes,
+            "length": jnp.sum(jnp.where(sampled, length, 0)) / num_episodes,
+            "success_rate": jnp.sum(sampled & reached) / num_episodes,
+            "success_rate_greedy": jnp.sum(greedy & reached) / num_episodes}
+
+
+def test_play_episodes_gives_the_numbers_of_a_scan_to_max_steps():
+    """CartPole episodes of different lengths (a noisy policy), a policy with memory (a count
+    of the episode's steps, reset at its start, that tilts the logits) and a success flag: the
+    early-stopping loop gives the numbers of the scan over every step, and it stops at the
+    longest episode, after the shortest."""
+    env, params = make_env("CartPole-v1")
+    calls = []
+
+    def policy(count, obs, first):
+        jax.debug.callback(lambda: calls.append(1))
+        count = jnp.where(first, 0, count) + 1
+        tilt = jnp.sin(0.7 * count)[:, None] * jnp.array([1.0, -1.0])
+        return count, 3.0 * obs[:, 2:3] * jnp.array([-1.0, 1.0]) + tilt
+
+    success = lambda obs, next_obs, reward: next_obs[:, 0] > 0.05  # noqa: E731
+    memory = jnp.zeros((2 * 6,), jnp.int32)
+    got = jax.jit(lambda key: play_episodes(env, params, policy, key, 6, 300, success,
+                                            memory))(KEY)
+    got = jax.device_get(got)
+    loop_steps = len(calls)
+    want = jax.jit(lambda key: _scan_to_max_steps(env, params, policy, key, 6, 300, success,
+                                                  memory))(KEY)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-6, err_msg=name)
+    assert got["length"] < loop_steps < 300  # longer than the mean episode, shorter than 300
+    assert 0 < got["success_rate"] < 1
+
+
 CONFIG = TrainConfig.from_flat(algo="a2c", estimator="hca_return", env="DelayedEffect",
                                env_options=(("n", 3),), num_envs=8, num_steps=4,
                                total_timesteps=8 * 4 * 6, hidden_sizes=(16,), eval_every=3,
