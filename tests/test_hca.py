@@ -400,12 +400,13 @@ def test_hindsight_model_losses_decrease_on_a_fixed_batch():
         assert float(after) < 0.9 * before, (name, before, float(after))
 
 
-@pytest.mark.parametrize("num_steps,chunk", [(8, 3), (7, 3)])
-def test_every_pair_on_the_triangle_equals_every_offset(num_steps, chunk):
+@pytest.mark.parametrize("num_steps,chunk,gamma", [(8, 3, 0.9), (7, 3, 1.0), (10, 3, 0.0)])
+def test_every_pair_on_the_triangle_equals_every_offset(num_steps, chunk, gamma):
     """The default "every later step" plan (offsets None: chunks paired with the steps after
     their first row, ``triangle_rows``) gives the credit, the loss and its gradient of the
-    explicit offsets d = 1..T−1 (``all_pair_offsets``), with episode ends inside the window and
-    γ < 1; (7, 3) has a last chunk with no later step at all."""
+    explicit offsets d = 1..T−1 (``all_pair_offsets``), with episode ends inside the window, at
+    γ < 1, 1 and 0 (γ^(d−1) at the padded pairs must stay finite); (7, 3) has a last chunk with
+    no later step at all, (10, 3) a band after the first with padded rows."""
     traj, _ = _random_trajectory(jax.random.key(11), num_steps=num_steps, num_envs=1)
     traj = traj.replace(reward=traj.reward * jax.random.bernoulli(
         jax.random.key(12), 0.6, traj.reward.shape))  # zero rewards for the mask
@@ -423,23 +424,25 @@ def test_every_pair_on_the_triangle_equals_every_offset(num_steps, chunk):
     def credit(p, *plan):
         src, tgt = features(p)
         return H.state_hca_future_credit(model, p, src, tgt, logits, traj.reward[:, 0],
-                                         episode, 0.9, *plan, chunk=chunk)
+                                         episode, gamma, *plan, chunk=chunk)
 
     triangle = jax.jit(credit)(params)
+    assert np.isfinite(triangle).all()
     np.testing.assert_allclose(triangle, jax.jit(credit)(params, offsets, scale),
                                rtol=1e-5, atol=1e-6)
-    assert float(jnp.abs(triangle).max()) > 0.01
+    assert float(jnp.abs(triangle).max()) > 0.01 or gamma == 0.0  # γ = 0: no later credit
     for mask in (False, True):
         def loss(p, *plan, mask=mask):
             src, tgt = features(p)
             ce, w = H.state_hca_pair_loss(model, p, src, tgt, logits, traj.action[:, 0],
-                                          traj.reward[:, 0], episode, 0.9, *plan, chunk=chunk,
+                                          traj.reward[:, 0], episode, gamma, *plan, chunk=chunk,
                                           mask_zero_reward=mask)
             return ce / w, w
 
         value_and_grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
         (value, w), grad = value_and_grad(params)
         (ref_value, ref_w), ref_grad = value_and_grad(params, offsets, scale)
+        assert np.isfinite(value) and all(np.isfinite(g).all() for g in jax.tree.leaves(grad))
         np.testing.assert_allclose(w, ref_w, rtol=1e-6)
         np.testing.assert_allclose(value, ref_value, rtol=1e-5)
         for g, r in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad)):

@@ -427,7 +427,10 @@ def state_hca_pair_loss(
     def pair_weight(t, t_valid, pairs):
         k, valid, d = _pair_index(episode, t, pairs)
         scl = 1.0 if isinstance(pairs, int) else pairs[1]
-        weight = valid * t_valid[:, None] * scl * gamma ** (d - 1).astype(reward.dtype)
+        # d ≥ 1 at valid pairs; a padded row's offsets are 0, and γ^(−1) at γ = 0 is inf
+        # (times its zero mask: NaN), so the power is taken at d − 1 ≥ 0.
+        weight = (valid * t_valid[:, None] * scl
+                  * gamma ** jnp.maximum(d - 1, 0).astype(reward.dtype))
         return weight * (_later(reward, k, pairs) != 0) if mask_zero_reward else weight
 
     def ce_sum(differentiable, t, t_valid, pairs):
@@ -470,5 +473,5 @@ def state_pair_hindsight(
     t = jnp.arange(episode.shape[0], dtype=jnp.int32)
     _, valid, _, log_h = _pair_log_hindsight(model, params, src, tgt, policy_logits, episode,
                                              t, (offsets, scale))
-    weight = valid * scale * gamma ** (offsets - 1).astype(jnp.float32)
+    weight = valid * scale * gamma ** jnp.maximum(offsets - 1, 0).astype(jnp.float32)
     return log_h, weight
