@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -474,3 +475,49 @@ def test_every_pair_on_the_triangle_needs_no_more_memory_than_the_offsets():
         return compiled.memory_analysis().temp_size_in_bytes
 
     assert temp_bytes() <= temp_bytes(*H.all_pair_offsets(num_steps))
+
+
+def test_every_pair_on_the_triangle_evaluates_about_half_the_pairs():
+    """The triangle's point is the work it skips: h(·|s_t, s_k) is evaluated, counted at run
+    time by a callback in the model, on ``rows × later steps`` per chunk, with a band of rows
+    paired only with the steps after its first row. T = 64, chunk 8, bands of 16 rows starting
+    at 0, 16, 32, 48: 16·63 + 16·47 + 16·31 + 16·15 = 2 496 pairs, where the explicit offsets
+    d = 1..63 evaluate 64·63 = 4 032 (every band paired from its row 1 on would count 4 032
+    too). The credit and the pair loss (its forward pass; the gradient reuses it) both."""
+    num_steps, chunk = 64, 8
+    k = jax.random.split(jax.random.key(31), 3)
+    obs = jax.random.normal(k[0], (num_steps, 5))
+    logits = jax.random.normal(k[1], (num_steps, 3))
+    reward = jax.random.normal(k[2], (num_steps,))
+    action = jnp.zeros((num_steps,), jnp.int32)
+    episode = jnp.zeros((num_steps,), jnp.int32)
+    base = hm.state_mlp(1, 8, True)
+    params = base.init(jax.random.key(32), obs, 3, obs)
+    counted = []
+
+    def pair_logits(p, src, tgt, policy_logits):
+        out = base.pair_logits(p, src, tgt, policy_logits)
+        pairs = int(np.prod(out.shape[:-1]))
+        jax.debug.callback(lambda _: counted.append(pairs), out.sum())
+        return out
+
+    model = dataclasses.replace(base, pair_logits=pair_logits)
+    src, tgt = model.source(params, obs), model.target(params, obs, reward)
+
+    def evaluated(fn, *plan):
+        counted.clear()
+        jax.block_until_ready(jax.jit(fn)(params, *plan))
+        return sum(counted)
+
+    def credit(p, *plan):
+        return H.state_hca_future_credit(model, p, src, tgt, logits, reward, episode, 0.9,
+                                         *plan, chunk=chunk)
+
+    def loss(p, *plan):
+        return H.state_hca_pair_loss(model, p, src, tgt, logits, action, reward, episode, 0.9,
+                                     *plan, chunk=chunk)[0]
+
+    offsets = H.all_pair_offsets(num_steps)
+    for fn in (credit, loss):
+        assert evaluated(fn) == 2_496, fn.__name__
+        assert evaluated(fn, *offsets) == 4_032, fn.__name__
