@@ -175,8 +175,9 @@ def feature_object(num_features: int, threshold: float, feature_l1: float,
 
 def reward_oracle() -> hm.StateHindsightModel:
     """The exact p^π_γ(a | s_t, u_k) of the reward value; params ``{"log_h": [S, U, A],
-    "values": [U]}`` (``hindsight.reward_hindsight``). It reads r_k itself, against its own
-    values, so it is exact whatever values the learned twin uses."""
+    "values": [U]}`` (``hindsight.reward_hindsight``). It reads r_k itself, against the
+    environment's values, so it is exact whatever values the learned twin uses; grouped pair
+    sums must then group by those values too (``cocoa_reward`` sees to it)."""
 
     def source(params, obs):
         del params
@@ -292,6 +293,15 @@ def cocoa_reward(
         raise ValueError("model='tabular' needs num_states")
     values = resolve_reward_values(reward_values, env, env_params)
     oracle = model == "oracle"
+    if oracle and env is not None:
+        # The exact model reads each later reward against the environment's own values
+        # (reward_oracle); grouped by other values, one group would stand for several rewards.
+        own = resolve_reward_values(None, env, env_params)
+        if pairs == "grouped" and reward_values is not None and not np.array_equal(values, own):
+            raise ValueError(f"cocoa_reward: the exact model groups the rewards by the "
+                             f"environment's own values {own.tolist()}, not {values.tolist()}: "
+                             f"drop reward_values, or use pairs='all'")
+        values = own
 
     def build(trajectory):
         if oracle:
@@ -309,7 +319,11 @@ def cocoa_reward(
         "cocoa_reward", build,
         reward_value_object(values, one_hot=model in ("mlp", "hypernet")), **options,
         oracle=oracle, exact_model="reward_hindsight",
-        make_oracle=lambda: cocoa_reward(tuple(values.tolist()), **options, model="oracle"))
+        # The exact twin groups by the environment's values whatever values the learned model
+        # uses (with env None it has no other values to read).
+        make_oracle=lambda: cocoa_reward(None if env is not None else tuple(values.tolist()),
+                                         **options, model="oracle", env=env,
+                                         env_params=env_params))
 
 
 def tabular_pairs(env: Any) -> Optional[int]:
