@@ -263,6 +263,14 @@ def test_grouped_pairs_with_exact_coefficients_match_all_pairs():
     credit = {pairs: make_estimator("cocoa_reward", env=env, pairs=pairs, model="oracle")
               .assign(params, traj, HP, KEY).advantage for pairs in ("all", "grouped")}
     np.testing.assert_allclose(credit["grouped"], credit["all"], atol=1e-5)
+    # A learned model on coarser values (every reward "0 or 1"): its exact twin still groups
+    # the later rewards by the environment's four values (apples, treasure); grouped by the
+    # learned model's two, the apples were read as the treasure (credit off by up to 11).
+    twin = make_estimator("cocoa_reward", env=env, reward_values="0,1").oracle()
+    np.testing.assert_allclose(twin.assign(params, traj, HP, KEY).advantage, credit["all"],
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="environment's own values"):
+        make_estimator("cocoa_reward", env=env, reward_values="0,1", model="oracle")
 
 
 def test_hypernet_hindsight_hand_cases():
@@ -272,7 +280,7 @@ def test_hypernet_hindsight_hand_cases():
     params = model.init(jax.random.key(0), obs, num_actions, u)
     pi = jnp.array([0.5, 0.3, 0.2])
 
-    def log_h(gate_plus):
+    def log_h(gate_plus, pi=pi):
         # ℓ = 0 and G = relu_gate(bias) = gate_plus: the output layers read only their biases.
         p = jax.tree.map(lambda x: x, params)
         inner = dict(p["params"])
@@ -295,6 +303,11 @@ def test_hypernet_hindsight_hand_cases():
     # G = [0, I]: logits log π + log(1 − π), h ∝ π(1 − π) = (0.25, 0.21, 0.16) / 0.62.
     np.testing.assert_allclose(jnp.exp(log_h(jnp.concatenate([zero, eye], 1))),
                                np.array([0.25, 0.21, 0.16]) / 0.62, atol=1e-6)
+    # The same near a deterministic policy, logits (0, −40, −40): π(1 − π) ∝ (2, 1, 1) e^−40,
+    # h = (0.5, 0.25, 0.25), though 1 − π_0 rounds to 0 in float32.
+    sure = jax.nn.softmax(jnp.array([0.0, -40.0, -40.0]))
+    np.testing.assert_allclose(jnp.exp(log_h(jnp.concatenate([zero, eye], 1), sure)),
+                               [0.5, 0.25, 0.25], atol=1e-6)
     # relu_gate: relu of the first half minus relu of the second.
     np.testing.assert_allclose(hypernet.relu_gate(jnp.array([1.0, -2.0, 3.0, 0.5])), [-2.0, -0.5])
     # Leaky halves (slope 0.1): (1 − 3, −0.2 − 0.5).

@@ -62,7 +62,11 @@ class _HypernetHead(nn.Module):
         num_actions = self.num_actions
         gate = relu_gate(self.gate(z), self.leak, self.floor).reshape(
             z.shape[:-1] + (num_actions, 2 * num_actions))
-        log_not_pi = jnp.log(jnp.maximum(-jnp.expm1(log_pi), 1e-30))
+        # log(1 − π_a) as the log-sum of the other actions' probabilities: 1 − π_a rounds to
+        # 0 in float32 once π_a is within 6e-8 of 1 (a logit gap of about 17), where this
+        # stays exact; the floor only bites with a single action.
+        others = jnp.where(jnp.eye(num_actions, dtype=bool), -jnp.inf, log_pi[..., None, :])
+        log_not_pi = jnp.maximum(jax.nn.logsumexp(others, axis=-1), jnp.log(1e-30))
         policy_terms = jnp.concatenate([log_pi, log_not_pi], -1)
         return (log_pi + relu_gate(self.out(z), self.leak, self.floor)
                 + jnp.einsum("...ab,...b->...a", gate, policy_terms))
