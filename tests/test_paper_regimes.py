@@ -66,6 +66,53 @@ def test_epsilon_mixture_acts_and_is_read_by_the_exact_models_not_by_evaluation(
                                gt_lib.exact_return(engine.ground_truth, mdp, target), rtol=1e-5)
 
 
+def test_the_engine_learns_from_the_mixture_and_evaluates_the_softmax():
+    """Inside the engine, not only in the network: with ε = 0.3 and a nearly deterministic
+    softmax, the logits the objective differentiates are the mixture's, the oracle credit is
+    the exact model of the mixture (the behaviour policy), and evaluation plays the softmax.
+    DelayedEffect with σ = 0: the first action alone sets the return, so the softmax's 64
+    evaluation episodes all return its exact value, where the mixture would take the other
+    first action in about 15 % of them."""
+    eps = 0.3
+    config = TrainConfig.from_flat(
+        algo="a2c", env="DelayedEffect", env_options=(("n", 3), ("sigma", 0.0)), num_envs=4,
+        num_steps=8, total_timesteps=64, eval_every=1, eval_episodes=64, policy_epsilon=eps,
+        estimator="cocoa_reward", estimator_options=(("model", "oracle"),))
+    engine = make_engine(config)
+    state = engine.init(jax.random.key(0))
+    # The softmax all but sure of action 1 in every state: its output bias (0, 12).
+    params = jax.tree.map(lambda x: x, state.agent.params)
+    params["params"]["actor"]["Dense_2"]["bias"] = jnp.array([0.0, 12.0])
+    state = state.replace(agent=state.agent.replace(params=params))
+    hp = Hparams.create(gamma=1.0)
+    window = engine.collect(state, hp, jax.random.key(1))
+    traj = window.trajectory
+    # 1. What the objective differentiates.
+    logits = engine.agent_network.training_outputs(params, window.memory, traj.obs,
+                                                   window.first)[0]
+    target = engine.network.apply(params, traj.obs, method=ActorCritic.target_policy)
+    np.testing.assert_allclose(jnp.exp(logits), jnp.exp(epsilon_mixture(target, eps)),
+                               atol=1e-6)
+    # 2. The oracle's exact model is the mixture's.
+    mdp = engine.ground_truth.mdp()
+    _, credit, _, _ = engine.assign_credit(state, traj, hp, jax.random.key(2))
+
+    def exact_credit(behaviour):
+        pi = gt_lib.policy_table(engine.network, params, mdp, behaviour=behaviour)
+        model = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, 1.0)
+        return engine.estimator.assign(model, traj, hp, jax.random.key(2)).advantage
+
+    np.testing.assert_allclose(credit.advantage, exact_credit(True), atol=1e-5)
+    assert float(jnp.abs(exact_credit(False) - exact_credit(True)).max()) > 0.03
+    # 3. Evaluation plays the softmax: every episode returns its exact value.
+    metrics = engine.evaluate(state, hp)
+    softmax = gt_lib.policy_table(engine.network, params, mdp, behaviour=False)
+    assert float(softmax.max(-1).min()) > 0.999
+    np.testing.assert_allclose(metrics["eval/return"], metrics["eval/exact_return"], atol=1e-3)
+    np.testing.assert_allclose(metrics["eval/exact_return"],
+                               gt_lib.exact_return(engine.ground_truth, mdp, softmax), rtol=1e-5)
+
+
 def test_the_objective_differentiates_through_the_mixture():
     net = ActorCritic(3, (8,), epsilon=0.1)
     obs = jnp.ones((2, 4))
