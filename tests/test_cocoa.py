@@ -530,6 +530,9 @@ def test_bad_options_are_one_line_errors():
         make_estimator("cocoa_feature", num_features=0)
     with pytest.raises(ValueError, match="model"):
         make_estimator("cocoa_reward", reward_values="0,1", model="table")
+    for name, options in (("cocoa_reward", {"reward_values": "0,1"}), ("cocoa_feature", {})):
+        with pytest.raises(ValueError, match="modulated by the policy by design"):  # COCOA's
+            make_estimator(name, model="hypernet", policy_modulated=False, **options)
     # From the environment: KeyToDoor's four values (0, two apples, the treasure).
     env, params = envs.make("KeyToDoor", length=23)
     est = make_estimator("cocoa_reward", env=env, env_params=params)

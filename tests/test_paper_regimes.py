@@ -318,3 +318,5 @@ def test_burn_in_and_pretraining_bad_settings_are_one_line_errors():
                             estimator_pretrain_steps=5)
     with pytest.raises(ValueError, match="learning_starts"):
         TrainConfig(algo="dqn", burn_in_updates=3).resolved()
+    with pytest.raises(ValueError, match="explores ε-greedily by its own schedule"):
+        TrainConfig.from_flat(algo="dqn", policy_epsilon=0.05).resolved()

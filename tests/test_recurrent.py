@@ -167,6 +167,7 @@ def test_recurrent_run_resumes_bit_for_bit(tmp_path):
     (dict(policy="mlp", redistribute="rudder", redistribute_options=(("inputs", "agent_state"),)),
      "reads the agent's recurrent state"),
     (dict(hidden_sizes=()), "needs hidden_sizes: the first is the width of its embedding"),
+    (dict(policy="rma", hidden_sizes=()), "--policy rma needs hidden_sizes"),
 ])
 def test_recurrent_misconfigurations_are_one_line_errors(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -37,7 +37,7 @@ from jaxcredit.agents.meta_gradient import META_PARAMETERS
 from jaxcredit.agents.stage_config import (EstimatorConfig, EvalConfig, FittedStageConfig,
                                            FlatField, OffPolicyConfig, Options, StageConfig,
                                            check_count, check_off_policy, record_fields)
-from jaxcredit.networks import CELLS, activation_fn
+from jaxcredit.networks import activation_fn
 
 # Presets: what `algo` fills in for the fields left as None.
 ALGO_PRESETS = {
@@ -240,7 +240,7 @@ class TrainConfig:
             raise ValueError(f"adam_eps must be positive, got {self.adam_eps!r}")
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}")
-        if self.policy in CELLS and not self.hidden_sizes:
+        if self.policy != "mlp" and not self.hidden_sizes:
             raise ValueError(f"--policy {self.policy} needs hidden_sizes: the first is the "
                              "width of its embedding and cell")
         activation_fn(self.activation)  # raises on an unknown name

@@ -241,6 +241,9 @@ def check_off_policy(config, q_targets) -> None:
     if config.meta_gradient:
         raise ValueError(f"--algo {config.algo} has no meta-gradient (it adapts the on-policy "
                          "learners' γ and λ)")
+    if config.policy_epsilon:
+        raise ValueError(f"--algo {config.algo} explores ε-greedily by its own schedule; "
+                         "policy_epsilon mixes the on-policy learners' softmax")
     if config.algo == "pqn":
         return
     if off.buffer_size < off.batch_size:

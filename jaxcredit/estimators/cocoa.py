@@ -289,6 +289,9 @@ def cocoa_reward(
     if start_at_policy and not (model == "hypernet" and gate_floor):
         raise ValueError("start_at_policy needs model='hypernet' and gate_floor > 0 (a ReLU "
                          "output that starts at 0 has no gradient)")
+    if model == "hypernet" and not policy_modulated:
+        raise ValueError("cocoa_reward: model='hypernet' is modulated by the policy by design "
+                         "(COCOA's network); policy_modulated=False is for 'mlp' and 'tabular'")
     if model == "tabular" and num_states is None:
         raise ValueError("model='tabular' needs num_states")
     values = resolve_reward_values(reward_values, env, env_params)
@@ -388,6 +391,10 @@ def cocoa_feature(
     for name, value in (("feature_l1", feature_l1), ("readout_l2", readout_l2)):
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+    if model == "hypernet" and not policy_modulated:
+        raise ValueError("cocoa_feature: model='hypernet' is modulated by the policy by design "
+                         "(COCOA's network); policy_modulated=False is for 'mlp'")
 
     def build(trajectory):
         if model == "hypernet":
