@@ -112,6 +112,27 @@ def test_the_memory_is_zeroed_where_an_episode_starts(policy):
     assert not np.allclose(full[2], later[1], atol=1e-4)
 
 
+@pytest.mark.parametrize("policy", ["gru", "lstm"])
+def test_an_update_at_lr_0_replays_each_sequence_from_the_memory_it_acted_with(policy):
+    """At lr 0 PPO's ratio π_new/π_old is 1 on every step only if each minibatch re-runs its
+    sequences from the memory the window started with (not zeros, not the memory after the
+    window) through the same resets, time-outs included; and that memory is the running
+    episode's, not zeroed between windows. CartPole with 5-step episodes and 7-step windows:
+    the window starts mid-episode and holds time-outs."""
+    eng = engine(policy, env="CartPole-v1", env_options=(("max_steps_in_episode", 5),),
+                 num_steps=7, total_timesteps=4 * 7 * 4)
+    state = jax.jit(eng.init)(jax.random.key(0))
+    update = jax.jit(eng.update_step)
+    for _ in range(3):
+        state, _ = update(state, Hparams(lr=3e-2))
+    inside = ~np.asarray(state.runner.first)
+    assert inside.any()  # the next window starts mid-episode...
+    for leaf in jax.tree.leaves(state.runner.memory):  # ... with that episode's memory
+        assert float(np.abs(np.asarray(leaf)[inside]).max()) > 1e-3
+    _, metrics = update(state, Hparams(lr=0.0))
+    assert abs(float(metrics["approx_kl"])) < 1e-6 and float(metrics["clip_frac"]) == 0.0
+
+
 def test_recurrent_minibatches_are_whole_environments():
     eng = engine()
     state = jax.jit(eng.init)(jax.random.key(0))
@@ -140,8 +161,11 @@ def test_recurrent_ppo_learns_to_remember_the_cue():
 
 
 def test_recurrent_run_resumes_bit_for_bit(tmp_path):
+    # Two chunks of 3 updates: the checkpoint falls 30 steps in, half-way through a 4-step
+    # episode, so a resume that lost the memory would differ (after 20 steps, at an episode
+    # start, it would not).
     config = TrainConfig.from_flat(**{**BASE, "policy": "gru", "total_timesteps": 40 * 6})
-    spec = RunSpec(settings=({"lr": 1e-3},), num_seeds=2, seed=0, num_chunks=3)
+    spec = RunSpec(settings=({"lr": 1e-3},), num_seeds=2, seed=0, num_chunks=2)
     run_experiment(config, spec, tmp_path / "full", progress=False, plot=False)
     run_experiment(config, spec, tmp_path / "part", progress=False, plot=False, max_chunks=1)
     run_experiment(None, None, tmp_path / "part", resume=True, progress=False, plot=False)
