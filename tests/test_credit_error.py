@@ -48,11 +48,61 @@ def test_credit_error_hand_case():
     assert np.isnan(CE.credit_error(fitted, exact, action, decisive & False)["sign_agreement"])
 
 
+def test_credit_error_reads_the_action_taken_and_no_sign_in_rounding_noise():
+    # All-action credit [T=2, N=2, A=2], actions 1, 0 / 0, 1: the exact credit of the actions
+    # taken is −1, 0.5 / 3, 1; the fitted one 1, 0.5 / 3, −1 (the other entries equal).
+    exact = jnp.array([[[1.0, -1.0], [0.5, 2.0]], [[3.0, -2.0], [1.0, 1.0]]])
+    fitted = exact.at[0, 0, 1].set(1.0).at[1, 1, 1].set(-1.0)
+    action = jnp.array([[1, 0], [0, 1]])
+    m = CE.credit_error(fitted, exact, action, jnp.ones((2, 2), bool))
+    np.testing.assert_allclose(m["sign_agreement"], 2 / 4, rtol=1e-6)
+    np.testing.assert_allclose(m["rmse_decisive"], np.sqrt((4 + 4) / 4), rtol=1e-6)
+    # An exact credit of 0 that comes out as ±1e-9 has no sign to agree with: the two steps
+    # left both agree.
+    exact = jnp.array([[1.0, 2e-9], [-1e-9, 0.5]])
+    fitted = jnp.array([[2.0, -1e-9], [1e-9, 0.4]])
+    m = CE.credit_error(fitted, exact, jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool))
+    np.testing.assert_allclose(m["sign_agreement"], 1.0)
+    assert float(m["signed_steps"]) == 2 and float(m["decisive_steps"]) == 4
+    # A constant exact credit has no correlation.
+    assert np.isnan(CE.credit_error(fitted, jnp.zeros((2, 2)), jnp.zeros((2, 2), jnp.int32),
+                                    jnp.ones((2, 2), bool))["corr_to_exact"])
+
+
 def test_decisive_states_hand_case():
     advantage = jnp.array([[0.5, -0.5], [0.0, 0.0], [0.04, -0.04], [0.06, -0.05]])
+    no_reward = jnp.zeros_like(advantage)
     # Spreads 1, 0, 0.08, 0.11: at least 10 % of the largest are states 0 and 3.
-    np.testing.assert_array_equal(CE.decisive_states(advantage), [True, False, False, True])
-    assert not CE.decisive_states(jnp.zeros((3, 2))).any()
+    np.testing.assert_array_equal(CE.decisive_states(advantage, no_reward),
+                                  [True, False, False, True])
+    assert not CE.decisive_states(jnp.zeros((3, 2)), jnp.zeros((3, 2))).any()
+    # State 0's spread is all immediate reward: what comes later is the same for both actions,
+    # so only state 3 (delayed spread 0.11) is decisive; state 2's is 0.08 − 0.02 = 0.06.
+    reward = jnp.array([[0.5, -0.5], [0.0, 0.0], [0.01, -0.01], [0.0, 0.0]])
+    np.testing.assert_array_equal(CE.decisive_states(advantage, reward),
+                                  [False, False, True, True])
+    # A one-step task (every spread immediate): the whole spread decides.
+    np.testing.assert_array_equal(CE.decisive_states(advantage, advantage),
+                                  [True, False, False, True])
+
+
+def test_the_decisive_steps_of_key_to_door_are_the_key_and_the_door():
+    """An apple cell's action changes only its own reward; the key's and the door's change the
+    treasure that comes later. Counting the immediate reward made the apple cells decisive (154
+    of them at L = 103) and left the key out under a uniform policy."""
+    from jaxcredit import envs  # noqa: PLC0415
+    from jaxcredit.envs.key_to_door import (  # noqa: PLC0415
+        DOOR, KEY, NUM_CELL_TYPES, OPEN_DOOR, PICK_KEY)
+    from jaxcredit.exact import tabular  # noqa: PLC0415
+
+    for length, bias in ((23, 0.0), (103, 0.0), (103, 2.0)):  # uniform; key and door favoured
+        env, env_params = envs.make("KeyToDoor", length=length)
+        mdp = gt_lib.make_ground_truth(env, env_params, ()).mdp()
+        pi = jax.nn.softmax(jnp.zeros(mdp.reward.shape).at[:, (PICK_KEY, OPEN_DOOR)].set(bias))
+        decisive = np.asarray(CE.decisive_states(tabular.advantages(mdp, pi, 1.0), mdp.reward))
+        obs = np.asarray(mdp.observation).reshape(mdp.reward.shape[0], -1)
+        cells = obs[:, 1:1 + NUM_CELL_TYPES].argmax(-1)
+        assert set(cells[decisive].tolist()) == {KEY, DOOR}, (length, bias)
 
 
 def test_tree_cosine_and_surrogate_gradients():
@@ -120,6 +170,8 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
                                rtol=1e-5)
     # The ascent is the gradient's length times its cosine with ∇J.
     assert float(same["credit/grad_ascent_oracle"]) * float(same["credit/grad_cos_oracle"]) > 0
+    # The exact model's credit climbs J: its gradient points along ∇J.
+    assert float(same["credit/grad_cos_oracle"]) > 0.2, same["credit/grad_cos_oracle"]
     np.testing.assert_allclose(same["credit/grad_cos_fitted"], same["credit/grad_cos_oracle"],
                                atol=1e-5)
     assert float(same["credit/decisive_steps"]) > 0
@@ -145,12 +197,16 @@ def test_credit_error_metrics_appear_at_evaluation_points_only():
     _, (_, metrics) = jax.jit(init_and_train, static_argnums=0)(
         engine, jax.random.key(0), Hparams.create(gamma=1.0))
     # KeyToDoor's four reward values: 0, the two apples, the treasure.
-    for name in ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
+    for name in ("rmse_to_exact", "corr_to_exact", "rmse_decisive", "signed_steps",
                  "grad_cos_fitted", "grad_cos_oracle", "grad_cos_to_oracle", "grad_norm_ratio",
                  "grad_ascent_fitted", "grad_ascent_oracle",
                  *(f"rmse_decisive_reward{i}" for i in range(4))):
         values = np.asarray(metrics[f"credit/{name}"])
         assert np.isnan(values[0]) and np.isfinite(values[1]), name
+    # A sign is read where the exact credit is not 0: at the key only in episodes that reached
+    # the treasure, so this small window may have none.
+    sign, signed = np.asarray(metrics["credit/sign_agreement"]), metrics["credit/signed_steps"]
+    assert np.isnan(sign[0]) and (np.isfinite(sign[1]) or float(signed[1]) == 0)
 
 
 def test_return_hindsight_metrics_are_nan_unless_gamma_is_one():
@@ -256,12 +312,29 @@ def test_cocoa_feature_is_measured_against_the_reward_value_oracle():
     key = jax.random.key(2)
     np.testing.assert_allclose(twin.assign(exact, traj, hp, key).advantage,
                                reference.assign(exact, traj, hp, key).advantage, atol=1e-6)
+    # With sampled pairs the twin draws the fitted model's pairs (same key), so that the
+    # sampling noise is not charged to the model. A window whose episodes pay an apple and the
+    # treasure later: one pair drawn of the two at the key differs from their exact sum.
+    values = engine.ground_truth.reward_values[0]  # 0, low apple, high apple, treasure
+    traj = traj.replace(reward=jnp.zeros_like(traj.reward).at[3].set(values[1])
+                        .at[4].set(values[3]))
+    sampled = make_estimator("cocoa_feature", context, pairs="rewarded", num_pairs=1).oracle()
+    reference = make_estimator("cocoa_reward", context, model="oracle", pairs="rewarded",
+                               num_pairs=1)
+    drawn = sampled.assign(exact, traj, hp, key).advantage
+    np.testing.assert_allclose(drawn, reference.assign(exact, traj, hp, key).advantage,
+                               atol=1e-6)
+    assert float(jnp.abs(drawn - twin.assign(exact, traj, hp, key).advantage).max()) > 1e-3
 
     _, (_, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, jax.random.key(0), hp)
     for name in ("rmse_to_exact", "corr_to_exact", "grad_cos_fitted", "grad_cos_oracle",
                  *(f"rmse_decisive_reward{i}" for i in range(4))):
         values = np.asarray(metrics[f"credit/{name}"])
         assert np.isnan(values[0]) and np.isfinite(values[1]), name
+    # A sign is read where the exact credit is not 0: at the key only in episodes that reached
+    # the treasure, so this small window may have none.
+    sign, signed = np.asarray(metrics["credit/sign_agreement"]), metrics["credit/signed_steps"]
+    assert np.isnan(sign[0]) and (np.isfinite(sign[1]) or float(signed[1]) == 0)
     assert float(metrics["credit/rmse_to_exact"][1]) > 1e-3
     assert "estimator/kl_to_exact" not in metrics
     # Without an environment (a direct construction) there is no twin.

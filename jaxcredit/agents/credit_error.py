@@ -9,14 +9,16 @@ estimator's exact model (the oracle twin), on the same window and key, and compa
 
 * the credit itself: ``rmse_to_exact`` = √mean (A_fit − A_exact)², ``corr_to_exact`` (Pearson, over
   every entry: every action's credit for all-action estimators);
-* the credit of the action taken at the *decisive* steps, those whose state's exact advantage
-  spread max_a A^π(s, a) − min_a A^π(s, a) is at least :data:`DECISIVE_SHARE` of the largest
-  spread over the MDP's states (KeyToDoor: the key and the door; DelayedEffect: the first
-  action): its sign (``sign_agreement``) and its error (``rmse_decisive``);
+* the credit of the action taken at the *decisive* steps, those whose state's exact delayed
+  advantage spread (:func:`decisive_states`: the spread over actions of A^π(s, a) − r(s, a)) is
+  at least :data:`DECISIVE_SHARE` of the largest over the MDP's states (KeyToDoor: the key and
+  the door; DelayedEffect: the first action): its error (``rmse_decisive``) and its sign
+  (``sign_agreement``, over the ``signed_steps`` whose exact credit is not 0 up to rounding);
 * the policy gradient each credit gives against the exact gradient ∇_θ J(π_θ) of the
   undiscounted return by dynamic programming: ``grad_cos_fitted``, ``grad_cos_oracle`` (the
   oracle's own noise floor on the same window) and ``grad_cos_to_oracle``; and their sizes, which
-  a cosine cannot see: ``grad_norm_ratio`` = ‖g_fit‖ / ‖g_exact‖, and ``grad_ascent_fitted`` and
+  a cosine cannot see: ``grad_norm_ratio`` = ‖g_fit‖ / ‖g_oracle‖ (the exact model's credit's
+  gradient on the same window), and ``grad_ascent_fitted`` and
   ``grad_ascent_oracle``, each gradient's component ⟨g, ∇J⟩ / ‖∇J‖ along the exact one: the ratio
   of their means is, to first order, how fast a learner on the fitted credit climbs J relative to
   one on the exact model's from the same policy.
@@ -45,9 +47,12 @@ from jaxcredit.types import Trajectory
 
 Array = jax.Array
 
-# A step is decisive when its state's exact advantage spread is at least this share of the
-# largest spread over the MDP.
+# A step is decisive when its state's exact (delayed) advantage spread is at least this share
+# of the largest spread over the MDP.
 DECISIVE_SHARE = 0.1
+# Sign agreement counts the decisive steps whose exact credit exceeds this share of the window's
+# largest |exact credit|.
+SIGN_FLOOR = 1e-4
 
 
 def taken_credit(advantage: Array, action: Array) -> Array:
@@ -77,10 +82,21 @@ def tree_dot(a, b) -> Array:
     return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-def decisive_states(exact_advantage: Array) -> Array:
-    """``[S]`` bool: the states whose advantage spread over actions is at least
-    :data:`DECISIVE_SHARE` of the largest (none where every spread is 0)."""
-    spread = exact_advantage.max(-1) - exact_advantage.min(-1)
+def decisive_states(exact_advantage: Array, reward: Array) -> Array:
+    """``[S]`` bool: the states where the action changes what comes *later*: the spread over
+    actions of the delayed part of the advantage, A^π(s, a) − r(s, a) (= γ E[V(s')] − V(s)), is
+    at least :data:`DECISIVE_SHARE` of the largest such spread. The immediate reward is left
+    out: on KeyToDoor every apple cell's action changes its own reward, and with it counted the
+    decisive steps were almost all apple steps (at L = 103 and a uniform policy 154 apple cells
+    and the door, the key left out). Where no action changes anything later (a one-step
+    bandit) the spread of the whole advantage is used; none where every spread is 0.
+
+    ``exact_advantage``, ``reward``: ``[S, A]``, A^π and the expected reward r(s, a)."""
+    def width(x):
+        return x.max(-1) - x.min(-1)
+
+    delayed = width(exact_advantage - reward)
+    spread = jnp.where(delayed.max() > 0, delayed, width(exact_advantage))
     return (spread >= DECISIVE_SHARE * spread.max()) & (spread > 0)
 
 
@@ -91,17 +107,25 @@ def credit_error(fitted: Array, exact: Array, action: Array, decisive: Array) ->
     where no step is decisive."""
     diff = fitted - exact
     f, e = fitted - fitted.mean(), exact - exact.mean()
-    corr = jnp.sum(f * e) / jnp.maximum(jnp.sqrt(jnp.sum(f * f) * jnp.sum(e * e)), 1e-30)
-    agree = jnp.sign(taken_credit(fitted, action)) == jnp.sign(taken_credit(exact, action))
-    count = decisive.sum()
-    taken_diff = taken_credit(diff, action)
+    norms = jnp.sqrt(jnp.sum(f * f) * jnp.sum(e * e))
+    # Undefined (NaN) where either credit is constant over the window.
+    corr = jnp.where(norms > 0, jnp.sum(f * e) / jnp.maximum(norms, 1e-30), jnp.nan)
+    fitted_taken, exact_taken = taken_credit(fitted, action), taken_credit(exact, action)
+    agree = jnp.sign(fitted_taken) == jnp.sign(exact_taken)
+    # A sign is read only where the exact credit is not 0 up to float rounding: an exact 0
+    # comes out as ±1e-7, whose sign is a coin flip.
+    signed = decisive & (jnp.abs(exact_taken) > SIGN_FLOOR * jnp.max(jnp.abs(exact)))
+    count, signed_count = decisive.sum(), signed.sum()
+    taken_diff = fitted_taken - exact_taken
     return {
         "rmse_to_exact": jnp.sqrt(jnp.mean(diff ** 2)),
         "rmse_decisive": jnp.where(count > 0, jnp.sqrt(jnp.sum(jnp.where(
             decisive, taken_diff ** 2, 0.0)) / jnp.maximum(count, 1)), jnp.nan),
         "corr_to_exact": corr,
-        "sign_agreement": jnp.where(count > 0, jnp.sum(agree & decisive) / count, jnp.nan),
+        "sign_agreement": jnp.where(signed_count > 0, jnp.sum(agree & signed)
+                                    / jnp.maximum(signed_count, 1), jnp.nan),
         "decisive_steps": count.astype(jnp.float32),
+        "signed_steps": signed_count.astype(jnp.float32),
     }
 
 

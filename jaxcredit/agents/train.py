@@ -410,7 +410,8 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         fitted = estimator.assign(state.estimator.params, traj, hparams, key).advantage
         oracle = twin.assign(exact, traj, hparams, key).advantage
         mdp = ground_truth.mdp()
-        decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma))
+        decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma),
+                                                mdp.reward)
         metrics = credit_error.credit_error(fitted, oracle, traj.action, decisive[traj.state])
         if (gt_lib.exact_model(estimator.exact_model).linear_in_reward
                 and ground_truth.reward_values is not None):

@@ -408,7 +408,10 @@ def cocoa_feature(
         pairs=pairs, num_pairs=num_pairs, chunk=chunk, bootstrap=bootstrap,
         mask_zero_reward_loss=mask_zero_reward_loss, oracle=False,
         exact_model=None if env is None else "reward_hindsight",
+        # The twin draws the same pairs as the fitted model (sampled or rewarded, same key);
+        # every pair is its exact grouped sum.
         make_oracle=None if env is None else lambda: cocoa_reward(
             env=env, env_params=env_params, bootstrap=bootstrap,
+            pairs="grouped" if pairs == "all" else pairs, num_pairs=num_pairs, chunk=chunk,
             mask_zero_reward_loss=mask_zero_reward_loss, model="oracle"),
         object_schedule=features)
