@@ -16,6 +16,7 @@ from conftest import init_and_train
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.agents import credit_error as CE
 from jaxcredit.exact import ground_truth as gt_lib
+from jaxcredit.exact import tabular
 
 # ---------------------------------------------------------------------------------------------
 # 1. Hand cases
@@ -93,7 +94,6 @@ def test_the_decisive_steps_of_key_to_door_are_the_key_and_the_door():
     from jaxcredit import envs  # noqa: PLC0415
     from jaxcredit.envs.key_to_door import (  # noqa: PLC0415
         DOOR, KEY, NUM_CELL_TYPES, OPEN_DOOR, PICK_KEY)
-    from jaxcredit.exact import tabular  # noqa: PLC0415
 
     for length, bias in ((23, 0.0), (103, 0.0), (103, 2.0)):  # uniform; key and door favoured
         env, env_params = envs.make("KeyToDoor", length=length)
@@ -126,7 +126,86 @@ def test_tree_cosine_and_surrogate_gradients():
 # ---------------------------------------------------------------------------------------------
 
 
-def _tree_engine():
+def test_the_credit_error_under_exploration_and_discount_matches_a_float64_recomputation():
+    """ε = 0.3 and γ = 0.9, a perturbed fitted table: every credit metric of ``evaluate``
+    against a recomputation here, in float64 where it is arithmetic: the behaviour (mixture)
+    policy's values by a linear solve, its delayed advantage spread for the decisive steps, the
+    surrogates on the mixture's log-probs, ∇J of the mixture's finite-horizon return. An
+    engine that used the softmax anywhere, another key for the twin, γ = 1 for the decisive
+    steps or the discounted infinite-horizon value for ∇J gives other numbers."""
+    eps, gamma = 0.3, 0.9
+    engine = _tree_engine(policy_epsilon=eps)
+    hp = Hparams.create(gamma=gamma)
+    state = engine.init(jax.random.key(0))
+    params = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape),
+                          state.agent.params)
+    state = state.replace(agent=state.agent.replace(params=params))
+    mdp = engine.ground_truth.mdp()
+    pi = gt_lib.policy_table(engine.network, params, mdp)  # the mixture
+    exact = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, gamma)
+    table = jax.nn.log_softmax(jnp.asarray(exact["log_h"]) + 0.7 * jax.random.normal(
+        jax.random.key(5), exact["log_h"].shape))
+    state = state.replace(estimator=state.estimator.replace(params={"table": table}))
+    metrics = jax.jit(engine.evaluate)(state, hp)
+
+    # The evaluation's held-out window and credit key (``evaluate``'s derivation).
+    keys = jax.random.split(jax.random.fold_in(state.eval_key, state.update), 5)
+    traj = engine.collect(state, hp, keys[1]).trajectory
+    fitted = np.asarray(engine.estimator.assign(state.estimator.params, traj, hp, keys[3])
+                        .advantage, np.float64)
+    oracle = np.asarray(engine.estimator.oracle().assign(exact, traj, hp, keys[3]).advantage,
+                        np.float64)
+    action, visited = np.asarray(traj.action), np.asarray(traj.state)
+
+    def taken(a):
+        return np.take_along_axis(a, action[..., None], -1)[..., 0]
+
+    transition = np.asarray(tabular.episodic_transition(mdp), np.float64)
+    reward, behaviour = np.asarray(mdp.reward, np.float64), np.asarray(pi, np.float64)
+    num_states = reward.shape[0]
+    values = np.linalg.solve(np.eye(num_states) - gamma * np.einsum("sa,sat->st", behaviour,
+                                                                     transition),
+                             (behaviour * reward).sum(-1))
+    delayed = gamma * transition @ values - values[:, None]  # A − r
+    spread = delayed.max(-1) - delayed.min(-1)
+    decisive = ((spread >= 0.1 * spread.max()) & (spread > 0))[visited]
+    signed = decisive & (np.abs(taken(oracle)) > 1e-4 * np.abs(oracle).max())
+    expected = {
+        "rmse_to_exact": np.sqrt(np.mean((fitted - oracle) ** 2)),
+        "corr_to_exact": np.corrcoef(fitted.ravel(), oracle.ravel())[0, 1],
+        "rmse_decisive": np.sqrt(np.mean((taken(fitted) - taken(oracle))[decisive] ** 2)),
+        "sign_agreement": np.mean(np.sign(taken(fitted))[signed]
+                                  == np.sign(taken(oracle))[signed]),
+    }
+
+    def flat(tree):
+        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)]).astype(np.float64)
+
+    def gradient(advantage):  # the all-action surrogate on the acting (mixture) policy
+        def surrogate(p):
+            log_pi = jax.nn.log_softmax(engine.network.apply(p, traj.obs)[0], -1)
+            return jnp.mean(jnp.sum(jnp.exp(log_pi) * jnp.asarray(advantage, jnp.float32), -1))
+        return flat(jax.grad(surrogate)(params))
+
+    true = flat(jax.grad(lambda p: gt_lib.exact_return(
+        engine.ground_truth, mdp, gt_lib.policy_table(engine.network, p, mdp)))(params))
+    g_fit, g_exact = gradient(fitted), gradient(oracle)
+
+    def cos(a, b):
+        return a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+
+    expected.update(grad_cos_fitted=cos(g_fit, true), grad_cos_oracle=cos(g_exact, true),
+                    grad_cos_to_oracle=cos(g_fit, g_exact),
+                    grad_norm_ratio=np.linalg.norm(g_fit) / np.linalg.norm(g_exact),
+                    grad_ascent_fitted=g_fit @ true / np.linalg.norm(true),
+                    grad_ascent_oracle=g_exact @ true / np.linalg.norm(true))
+    assert decisive.any() and signed.any()
+    for name, value in expected.items():
+        np.testing.assert_allclose(float(metrics[f"credit/{name}"]), value, rtol=2e-4,
+                                   atol=2e-5, err_msg=name)
+
+
+def _tree_engine(**overrides):
     env_options = (("state_overlap", 3),)
     probe = TrainConfig(env="TreeMDP", env_options=env_options).resolved()
     from jaxcredit import envs  # noqa: PLC0415
@@ -138,7 +217,8 @@ def _tree_engine():
                                    total_timesteps=16 * 8, eval_every=1, eval_episodes=4,
                                    estimator_options=(("model", "tabular"),
                                                       ("num_states", num_states),
-                                                      ("policy_modulated", False)))
+                                                      ("policy_modulated", False)),
+                                   **overrides)
     return make_engine(config)
 
 
