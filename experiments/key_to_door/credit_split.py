@@ -62,8 +62,13 @@ def evaluated(run: pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def cell(m: dict, key: str, rows: np.ndarray) -> str:
-    """The mean of ``key`` over ``rows`` ("–" where the run predates the metric)."""
-    return f"{np.mean(m[key][rows]):.4f}" if key in m else "–"
+    """The mean of ``key`` over ``rows``, skipping evaluations where it is undefined (the sign
+    agreement of a window with no decisive step of non-zero exact credit); "–" where the run
+    predates the metric."""
+    if key not in m:
+        return "–"
+    values = m[key][rows]
+    return f"{np.nanmean(values):.4f}" if np.isfinite(values).any() else "nan"
 
 
 def ratio(m: dict, rows: np.ndarray) -> str:
