@@ -150,11 +150,11 @@ def test_the_credit_error_under_exploration_and_discount_matches_a_float64_recom
 
     # The evaluation's held-out window and credit key (``evaluate``'s derivation).
     keys = jax.random.split(jax.random.fold_in(state.eval_key, state.update), 5)
-    traj = engine.collect(state, hp, keys[1]).trajectory
-    fitted = np.asarray(engine.estimator.assign(state.estimator.params, traj, hp, keys[3])
-                        .advantage, np.float64)
-    oracle = np.asarray(engine.estimator.oracle().assign(exact, traj, hp, keys[3]).advantage,
-                        np.float64)
+    traj = jax.jit(engine.collect)(state, hp, keys[1]).trajectory
+    twin = engine.estimator.oracle()
+    fitted, oracle = (np.asarray(a, np.float64) for a in jax.jit(lambda: (
+        engine.estimator.assign(state.estimator.params, traj, hp, keys[3]).advantage,
+        twin.assign(exact, traj, hp, keys[3]).advantage))())
     action, visited = np.asarray(traj.action), np.asarray(traj.state)
 
     def taken(a):
@@ -181,15 +181,18 @@ def test_the_credit_error_under_exploration_and_discount_matches_a_float64_recom
     def flat(tree):
         return np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)]).astype(np.float64)
 
-    def gradient(advantage):  # the all-action surrogate on the acting (mixture) policy
-        def surrogate(p):
+    @jax.jit
+    def gradients(fitted, oracle):
+        def surrogate(p, advantage):  # the all-action surrogate on the acting (mixture) policy
             log_pi = jax.nn.log_softmax(engine.network.apply(p, traj.obs)[0], -1)
-            return jnp.mean(jnp.sum(jnp.exp(log_pi) * jnp.asarray(advantage, jnp.float32), -1))
-        return flat(jax.grad(surrogate)(params))
+            return jnp.mean(jnp.sum(jnp.exp(log_pi) * advantage, -1))
 
-    true = flat(jax.grad(lambda p: gt_lib.exact_return(
-        engine.ground_truth, mdp, gt_lib.policy_table(engine.network, p, mdp)))(params))
-    g_fit, g_exact = gradient(fitted), gradient(oracle)
+        true = jax.grad(lambda p: gt_lib.exact_return(
+            engine.ground_truth, mdp, gt_lib.policy_table(engine.network, p, mdp)))(params)
+        return true, jax.grad(surrogate)(params, fitted), jax.grad(surrogate)(params, oracle)
+
+    true, g_fit, g_exact = (flat(g) for g in gradients(jnp.asarray(fitted, jnp.float32),
+                                                        jnp.asarray(oracle, jnp.float32)))
 
     def cos(a, b):
         return a @ b / np.linalg.norm(a) / np.linalg.norm(b)
@@ -401,10 +404,10 @@ def test_cocoa_feature_is_measured_against_the_reward_value_oracle():
     sampled = make_estimator("cocoa_feature", context, pairs="rewarded", num_pairs=1).oracle()
     reference = make_estimator("cocoa_reward", context, model="oracle", pairs="rewarded",
                                num_pairs=1)
-    drawn = sampled.assign(exact, traj, hp, key).advantage
-    np.testing.assert_allclose(drawn, reference.assign(exact, traj, hp, key).advantage,
-                               atol=1e-6)
-    assert float(jnp.abs(drawn - twin.assign(exact, traj, hp, key).advantage).max()) > 1e-3
+    drawn, same_draws, grouped = jax.jit(lambda: tuple(
+        e.assign(exact, traj, hp, key).advantage for e in (sampled, reference, twin)))()
+    np.testing.assert_allclose(drawn, same_draws, atol=1e-6)
+    assert float(jnp.abs(drawn - grouped).max()) > 1e-3
 
     _, (_, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, jax.random.key(0), hp)
     for name in ("rmse_to_exact", "corr_to_exact", "grad_cos_fitted", "grad_cos_oracle",
