@@ -101,6 +101,10 @@ _LONGEST_FIRST = (
 
 
 def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        import crash_rerun  # noqa: PLC0415 (its hooks exist only where xdist is loaded)
+
+        config.pluginmanager.register(crash_rerun, "jaxcredit-crash-rerun")
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
     if not hasattr(config, "workerinput") and _SESSION_CACHE not in os.environ:

@@ -1,0 +1,98 @@
+"""A pytest plugin for ``make test``'s workers: a test that takes its worker down (a segfault in
+native code) runs once more on a fresh worker instead of freezing the suite.
+
+Two things go wrong without it, with pytest-xdist 3.8 and ``--dist loadfile``:
+
+- **The suite freezes.** xdist's file scheduler puts the crashed worker's whole file back in the
+  queue, finished tests included, and gives the replacement worker one file at a time. When the
+  crash was the file's last test, the replacement gets a single test, and a worker only starts a
+  test once it holds a second one or is told to shut down, so both sides wait for ever
+  (pytest-xdist issues 784, 1323 and 1327; fixed upstream after 3.8). CI then ends at its wall-clock
+  limit with nothing reported. ``python -m pytest -n 2 --dist loadfile`` over four three-test
+  files, one of whose last tests segfaults, froze here every time.
+- **One crash fails the suite.** XLA:CPU (jaxlib 0.10.2) crashes now and then in programs that run
+  fine again (tests/conftest.py and docs/tvt.md name the cases seen). Such a crash is the
+  library's, not the test's, so the test is run once more; a second crash of the same test fails
+  it, so a test that crashes every time is still caught.
+
+The scheduler below is xdist's file scheduler with the crash path mended: only the tests still to
+run go back in the queue, and a worker is topped up until it holds more than two tests or the
+queue is empty (then it is told to finish). ``pytest_handlecrashitem`` marks the first crash of a
+test ``rerun`` (an ``R`` in the progress line and a line in the summary) and queues the test again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from xdist.scheduler import LoadFileScheduling
+
+CRASHED_ONCE: list[str] = []  # the tests given a second run, in the order they crashed
+
+
+class CrashSafeLoadFileScheduling(LoadFileScheduling):
+    """``--dist loadfile`` whose crash path neither re-runs finished tests nor freezes."""
+
+    def remove_node(self, node):
+        workload = self.assigned_work.pop(node)
+        pending = {scope: {nodeid: False for nodeid, done in unit.items() if not done}
+                   for scope, unit in workload.items()}
+        pending = {scope: unit for scope, unit in pending.items() if unit}
+        if not pending:
+            return None
+        crashitem = next(iter(next(iter(pending.values()))))  # a worker runs its tests in order
+        for scope in reversed(list(pending)):  # the crashed file's other tests run next
+            unit = pending[scope]
+            unit.pop(crashitem, None)
+            if unit:
+                self.workqueue[scope] = unit
+                self.workqueue.move_to_end(scope, last=False)
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashitem
+
+    def mark_test_pending(self, item: str) -> None:
+        """Queues a crashed test again, first (called by ``pytest_handlecrashitem``)."""
+        scope = self._split_scope(item)
+        self.workqueue[scope] = {item: False, **self.workqueue.get(scope, {})}
+        self.workqueue.move_to_end(scope, last=False)
+        for node in self.assigned_work:
+            self._reschedule(node)
+
+    def _reschedule(self, node) -> None:
+        if node.shutting_down:
+            return
+        while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
+            self._assign_work_unit(node)
+        if not self.workqueue:
+            node.shutdown()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadfile":
+        return CrashSafeLoadFileScheduling(config, log)
+    return None
+
+
+def pytest_handlecrashitem(crashitem, report, sched):
+    if crashitem in CRASHED_ONCE:
+        return  # its second crash: the report stays a failure
+    try:
+        sched.mark_test_pending(crashitem)
+    except NotImplementedError:  # loadscope/loadgroup: xdist's own schedulers cannot
+        return
+    CRASHED_ONCE.append(crashitem)
+    report.outcome = "rerun"
+
+
+def pytest_report_teststatus(report):
+    if report.outcome == "rerun":
+        return "rerun", "R", ("RERUN", {"yellow": True})
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    if CRASHED_ONCE:
+        terminalreporter.section("tests whose worker crashed, run again once", sep="-")
+        for nodeid in CRASHED_ONCE:
+            terminalreporter.line(nodeid)
