@@ -134,11 +134,28 @@ def test_main_plan_errors_are_one_line_before_anything_runs(tmp_path, capsys):
     calls = []
     main = _hook_experiment(tmp_path, calls, bars_met=True)
     for argv, message in ((["--bad"], "--bad was given"),
-                          (["--size", "huge"], "--size must be one of s")):
+                          (["--size", "huge"], "--size must be one of s"),
+                          (["--chunks", "0"], "--chunks must be at least 1, got 0")):
         assert main([*argv, "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"run.py: error: {message}"]
     assert calls == [] and not (tmp_path / "out").exists()
+
+
+def test_chunks_flag_sets_the_runs_chunk_count(tmp_path, monkeypatch):
+    """``--chunks`` reaches the runs (a checkpoint after each chunk); without it the script's
+    own count stands."""
+    import jaxcredit.experiment.script as script
+
+    seen = []
+    monkeypatch.setattr(script, "run_cases",
+                        lambda cases, out, num_seeds, seed, num_chunks: seen.append(num_chunks)
+                        or {})
+    for argv, expected in ((["--chunks", "12"], 12), ([], 3)):
+        assert X.main("hooks", tmp_path, _HookArgs, {"s": dict(seeds=2)}, lambda a, s: ([], {}),
+                      lambda *a: [], 0, [*argv, "--out", str(tmp_path / "out")],
+                      num_chunks=3) == 0
+        assert seen.pop() == expected
 
 
 def test_every_repeated_set_and_hparam_counts():

@@ -59,6 +59,9 @@ class OutputArgs:
     set in every run, for an ablation of the published settings (give it its own --out)"""
     hparam: Repeatable = ()
     """FIELD=VALUE: a hyper-parameter (Hparams: estimator_lr=1e-2) set in every run"""
+    chunks: Optional[int] = None
+    """compiled chunks per run, with a checkpoint after each (default: the experiment's own);
+    more for a long run that may be stopped and resumed. A resumed run keeps its first count"""
 
 
 def chosen_size(sizes: dict, args: Any) -> dict:
@@ -99,6 +102,10 @@ def run_and_report(name: str, here: pathlib.Path, args: OutputArgs, cases: Seque
     write ``report(out, cases, meta) -> files`` with the timings and the command added to
     ``meta``, and publish into ``here/results`` if asked. Returns the exit status (2 when the
     published results would be replaced without ``--force``)."""
+    if getattr(args, "chunks", None) is not None:
+        if args.chunks < 1:
+            raise ValueError(f"--chunks must be at least 1, got {args.chunks}")
+        num_chunks = args.chunks
     out = pathlib.Path(args.out) if args.out else default_out(name)
     out.mkdir(parents=True, exist_ok=True)
     start, commit = time.time(), source_revision()  # the code that trains, read before it does
@@ -207,6 +214,8 @@ def main(name: str, here: pathlib.Path, args_type: type, sizes: dict,
         cases, meta = plan(args, size)
         cases = with_overrides(cases, parse_options(flat(args.set), "--set"),
                                parse_options(flat(args.hparam), "--hparam"))
+        if args.chunks is not None and args.chunks < 1:
+            raise ValueError(f"--chunks must be at least 1, got {args.chunks}")
     except (ValueError, TypeError) as err:  # TypeError: a config check meeting a wrong type
         print(f"run.py: error: {err}", file=sys.stderr)
         return 2
