@@ -27,6 +27,7 @@ import pytest
 from xdist.scheduler import LoadFileScheduling
 
 CRASHED_ONCE: list[str] = []  # the tests given a second run, in the order they crashed
+RERUN_FINISHED: set[str] = set()  # those whose second run has ended
 
 
 class CrashSafeLoadFileScheduling(LoadFileScheduling):
@@ -76,13 +77,30 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_handlecrashitem(crashitem, report, sched):
     if crashitem in CRASHED_ONCE:
-        return  # its second crash: the report stays a failure
+        RERUN_FINISHED.add(crashitem)  # its second run ended in a crash: a failure
+        return
+    dsession = sched.config.pluginmanager.getplugin("dsession")
+    limit = getattr(dsession, "_max_worker_restart", None)
+    if limit is not None and getattr(dsession, "_failed_nodes_count", 0) + 1 > limit:
+        return  # no worker will replace this one: the report stays a failure
     try:
         sched.mark_test_pending(crashitem)
     except NotImplementedError:  # loadscope/loadgroup: xdist's own schedulers cannot
         return
     CRASHED_ONCE.append(crashitem)
     report.outcome = "rerun"
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown" and report.nodeid in CRASHED_ONCE:
+        RERUN_FINISHED.add(report.nodeid)
+
+
+def pytest_sessionfinish(session):
+    """A test queued again that never ran again (the run stopped first) fails the session."""
+    if CRASHED_ONCE and not hasattr(session.config, "workerinput"):
+        if set(CRASHED_ONCE) - RERUN_FINISHED:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_report_teststatus(report):
@@ -95,4 +113,5 @@ def pytest_terminal_summary(terminalreporter):
     if CRASHED_ONCE:
         terminalreporter.section("tests whose worker crashed, run again once", sep="-")
         for nodeid in CRASHED_ONCE:
-            terminalreporter.line(nodeid)
+            ran = "" if nodeid in RERUN_FINISHED else "  (not run again: the suite fails)"
+            terminalreporter.line(nodeid + ran)

@@ -39,14 +39,19 @@ def test_crash_once():
 }
 
 
-def test_crashed_tests_run_once_more_and_a_second_crash_fails(tmp_path):
+def _pytest(folder, *options):
+    """``pytest -n 2 --dist loadfile`` with the plugin over the FILES written to ``folder``."""
     for name, text in FILES.items():
-        (tmp_path / name).write_text(text)
+        (folder / name).write_text(text)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
-         "-p", "crash_rerun", "-p", "no:cacheprovider", "-p", "no:randomly", *FILES],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", *options,
+         "-p", "crash_rerun", "-p", "no:cacheprovider", *FILES],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_crashed_tests_run_once_more_and_a_second_crash_fails(tmp_path):
+    run = _pytest(tmp_path)
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
     assert "1 failed, 10 passed, 3 rerun" in out, out
@@ -57,3 +62,11 @@ def test_crashed_tests_run_once_more_and_a_second_crash_fails(tmp_path):
     assert sorted(summary) == sorted([
         "test_last_crashes_once.py::test_crash_once", "test_first_crashes_once.py::test_crash_once",
         "test_crashes_always.py::test_crash_always"]), out
+
+
+def test_no_rerun_once_no_worker_can_replace_the_crashed_one(tmp_path):
+    """With one restart allowed, the first crash is a rerun and the next crash a failure: a test
+    queued again with no worker to run it must not leave the suite green."""
+    run = _pytest(tmp_path, "--max-worker-restart", "1")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 rerun" in run.stdout and "failed" in run.stdout, run.stdout
