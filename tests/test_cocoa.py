@@ -37,7 +37,8 @@ from jaxcredit.types import Trajectory
 HP = Hparams.create(gamma=1.0, lambda_=0.9)
 KEY = jax.random.key(0)
 # Evaluation-point metrics of a fitted model against its exact twin (agents.credit_error).
-CREDIT_ERROR_NAMES = ("rmse_to_exact", "corr_to_exact", "sign_agreement", "rmse_decisive",
+CREDIT_ERROR_NAMES = ("rmse_to_exact", "corr_to_exact", "sign_agreement", "sign_zero",
+                      "rmse_decisive",
                       "decisive_steps", "signed_steps", "grad_cos_fitted", "grad_cos_oracle",
                       "grad_cos_to_oracle", "grad_norm_ratio", "grad_ascent_fitted",
                       "grad_ascent_oracle", "ratio_rmse_to_exact",
@@ -478,7 +479,7 @@ def test_cocoa_reward_trains_in_the_engine_with_the_kl_metric():
                       or name.split("/")[-1] in CREDIT_ERROR_NAMES)
             # The sign agreement is read only where the exact credit is not 0 (at the key, in
             # episodes that reach the treasure): a tiny run may have no such step.
-            undefined = name.endswith("sign_agreement")
+            undefined = name.endswith(("sign_agreement", "sign_zero"))
             assert (np.all(np.isfinite(values)) or undefined
                     or (sparse and np.any(np.isfinite(values)))), (estimator, name)
         if estimator == "cocoa_reward" and not options:

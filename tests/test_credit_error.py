@@ -41,6 +41,7 @@ def test_credit_error_hand_case():
                                rtol=1e-5)
     # Decisive steps (0,0), (0,1), (1,0): signs agree, agree, disagree.
     np.testing.assert_allclose(m["sign_agreement"], 2 / 3, rtol=1e-6)
+    np.testing.assert_allclose(m["sign_zero"], 0.0)
     np.testing.assert_allclose(m["rmse_decisive"], np.sqrt(17 / 3), rtol=1e-6)
     assert float(m["decisive_steps"]) == 3
     # A credit that is an affine image of the exact one correlates perfectly.
@@ -65,6 +66,12 @@ def test_credit_error_reads_the_action_taken_and_no_sign_in_rounding_noise():
     m = CE.credit_error(fitted, exact, jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool))
     np.testing.assert_allclose(m["sign_agreement"], 1.0)
     assert float(m["signed_steps"]) == 2 and float(m["decisive_steps"]) == 4
+    # A fitted credit of 0 (up to the same floor, 1e-4 of the largest exact credit) pushes
+    # neither way: of four signed steps one agrees, two are 0 and one has the wrong sign.
+    exact = jnp.array([[1.0, -1.0], [0.5, 2.0]])
+    fitted = jnp.array([[1e-9, -1.0], [0.0, -2.0]])
+    m = CE.credit_error(fitted, exact, jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool))
+    np.testing.assert_allclose([m["sign_agreement"], m["sign_zero"]], [1 / 4, 2 / 4])
     # A constant exact credit has no correlation.
     assert np.isnan(CE.credit_error(fitted, jnp.zeros((2, 2)), jnp.zeros((2, 2), jnp.int32),
                                     jnp.ones((2, 2), bool))["corr_to_exact"])
@@ -169,13 +176,15 @@ def test_the_credit_error_under_exploration_and_discount_matches_a_float64_recom
     delayed = gamma * transition @ values - values[:, None]  # A − r
     spread = delayed.max(-1) - delayed.min(-1)
     decisive = ((spread >= 0.1 * spread.max()) & (spread > 0))[visited]
-    signed = decisive & (np.abs(taken(oracle)) > 1e-4 * np.abs(oracle).max())
+    floor = 1e-4 * np.abs(oracle).max()
+    signed = decisive & (np.abs(taken(oracle)) > floor)
+    fitted_sign = np.where(np.abs(taken(fitted)) > floor, np.sign(taken(fitted)), 0.0)
     expected = {
         "rmse_to_exact": np.sqrt(np.mean((fitted - oracle) ** 2)),
         "corr_to_exact": np.corrcoef(fitted.ravel(), oracle.ravel())[0, 1],
         "rmse_decisive": np.sqrt(np.mean((taken(fitted) - taken(oracle))[decisive] ** 2)),
-        "sign_agreement": np.mean(np.sign(taken(fitted))[signed]
-                                  == np.sign(taken(oracle))[signed]),
+        "sign_agreement": np.mean(fitted_sign[signed] == np.sign(taken(oracle))[signed]),
+        "sign_zero": np.mean(fitted_sign[signed] == 0),
     }
 
     def flat(tree):
@@ -259,6 +268,7 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
                                atol=1e-5)
     assert float(same["credit/decisive_steps"]) > 0
     np.testing.assert_allclose(same["credit/sign_agreement"], 1.0)
+    np.testing.assert_allclose(same["credit/sign_zero"], 0.0)
     assert float(same["estimator/kl_to_exact"]) < 1e-5
     # A wrong table: the model h = π (no hindsight) has a non-zero error.
     wrong = metrics_with(jnp.broadcast_to(jnp.log(pi)[:, None, :], table.shape))

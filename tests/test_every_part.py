@@ -25,7 +25,7 @@ from jaxcredit.exact.models import EXACT_MODELS
 # Metrics that are NaN by design at an update: no training episode ended in its window.
 # No episode may end in a tiny window; and the sign agreement is read only at decisive steps
 # whose exact credit is not 0 (on KeyToDoor the key, in episodes that reach the treasure).
-MAY_BE_NAN = {"episode_return", "episode_length", "credit/sign_agreement"}
+MAY_BE_NAN = {"episode_return", "episode_length", "credit/sign_agreement", "credit/sign_zero"}
 
 CARTPOLE = dict(env="CartPole-v1", num_envs=4, num_steps=8)
 KEY_TO_DOOR = dict(env="KeyToDoor", env_options=(("length", 6),), num_envs=4, num_steps=6)

@@ -33,6 +33,7 @@ GROUPS = (("reward1", "low apple"), ("reward2", "high apple"), ("reward3", "trea
 COLUMNS = (("eval/treasure_rate", "treasure rate"), ("credit/rmse_decisive", "RMSE, decisive"),
            *((f"credit/rmse_decisive_{key}", f"… from the {name}") for key, name in GROUPS),
            ("credit/sign_agreement", "sign agreement"),
+           ("credit/sign_zero", "fitted credit 0"),
            ("credit/grad_cos_fitted", "cos(∇ fitted, ∇J)"),
            ("credit/grad_cos_oracle", "cos(∇ exact model, ∇J)"),
            ("credit/grad_norm_ratio", "‖∇ fitted‖ / ‖∇ exact model‖"))

@@ -36,6 +36,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 COLUMNS = (("eval/key_rate", "π(KEY\\|s₀)"), ("estimator/kl_to_exact", "KL"),
            ("credit/rmse_to_exact", "credit RMSE"), ("credit/rmse_decisive", "RMSE, decisive"),
            ("credit/sign_agreement", "sign agreement, decisive"),
+           ("credit/sign_zero", "fitted credit 0, decisive"),
            ("credit/corr_to_exact", "corr"),
            ("credit/grad_cos_fitted", "cos(∇ fitted, ∇J)"),
            ("credit/grad_cos_oracle", "cos(∇ exact model, ∇J)"))

@@ -13,7 +13,9 @@ estimator's exact model (the oracle twin), on the same window and key, and compa
   advantage spread (:func:`decisive_states`: the spread over actions of A^π(s, a) − r(s, a)) is
   at least :data:`DECISIVE_SHARE` of the largest over the MDP's states (KeyToDoor: the key and
   the door; DelayedEffect: the first action): its error (``rmse_decisive``) and its sign
-  (``sign_agreement``, over the ``signed_steps`` whose exact credit is not 0 up to rounding);
+  (``sign_agreement``, over the ``signed_steps`` whose exact credit is not 0 up to rounding;
+  ``sign_zero``, the share of them where the fitted credit is 0 up to the same floor: the rest,
+  1 − agreement − zero, is of the wrong sign);
 * the policy gradient each credit gives against the exact gradient ∇_θ J(π_θ) of the
   undiscounted return by dynamic programming: ``grad_cos_fitted``, ``grad_cos_oracle`` (the
   oracle's own noise floor on the same window) and ``grad_cos_to_oracle``; and their sizes, which
@@ -111,10 +113,14 @@ def credit_error(fitted: Array, exact: Array, action: Array, decisive: Array) ->
     # Undefined (NaN) where either credit is constant over the window.
     corr = jnp.where(norms > 0, jnp.sum(f * e) / jnp.maximum(norms, 1e-30), jnp.nan)
     fitted_taken, exact_taken = taken_credit(fitted, action), taken_credit(exact, action)
-    agree = jnp.sign(fitted_taken) == jnp.sign(exact_taken)
     # A sign is read only where the exact credit is not 0 up to float rounding: an exact 0
-    # comes out as ±1e-7, whose sign is a coin flip.
-    signed = decisive & (jnp.abs(exact_taken) > SIGN_FLOOR * jnp.max(jnp.abs(exact)))
+    # comes out as ±1e-7, whose sign is a coin flip. The fitted credit is read with the same
+    # floor: a model that gives 0 there (COCOA's dead gates: w = 1) pushes neither way, which
+    # is neither agreement nor a wrong sign.
+    floor = SIGN_FLOOR * jnp.max(jnp.abs(exact))
+    signed = decisive & (jnp.abs(exact_taken) > floor)
+    fitted_sign = jnp.where(jnp.abs(fitted_taken) > floor, jnp.sign(fitted_taken), 0.0)
+    agree, zero = fitted_sign == jnp.sign(exact_taken), fitted_sign == 0
     count, signed_count = decisive.sum(), signed.sum()
     taken_diff = fitted_taken - exact_taken
     return {
@@ -124,6 +130,8 @@ def credit_error(fitted: Array, exact: Array, action: Array, decisive: Array) ->
         "corr_to_exact": corr,
         "sign_agreement": jnp.where(signed_count > 0, jnp.sum(agree & signed)
                                     / jnp.maximum(signed_count, 1), jnp.nan),
+        "sign_zero": jnp.where(signed_count > 0, jnp.sum(zero & signed)
+                               / jnp.maximum(signed_count, 1), jnp.nan),
         "decisive_steps": count.astype(jnp.float32),
         "signed_steps": signed_count.astype(jnp.float32),
     }

@@ -100,6 +100,7 @@ CREDIT_ERROR_METRICS = {
     "credit/rmse_decisive": "credit RMSE at the decisive steps",
     "credit/sign_agreement": "sign agreement with the exact model's credit at the decisive "
                              "steps",
+    "credit/sign_zero": "share of those steps where the fitted credit is 0",
     "credit/ratio_rmse_to_exact": "RMSE of the credit ratio π/h at the actions taken",
     "credit/grad_cos_fitted": "cos(policy gradient of the fitted credit, exact ∇J)",
     "credit/grad_cos_oracle": "cos(policy gradient of the exact model's credit, exact ∇J), "
