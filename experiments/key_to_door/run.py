@@ -143,6 +143,8 @@ COCOA_LEARNER_SETTINGS = {
     # Return HCA is not in COCOA's code: the same agent and model optimisers as HCA+.
     "hca_return": (dict(critic=False, **COCOA_MODEL_CONFIG), {},
                    dict(lr=3e-4, **COCOA_MODEL_HPARAMS)),
+    # Its exact return hindsight (γ = 1), the same agent: the oracle ablation of "hca_return".
+    "hca_return oracle": (dict(critic=False), {}, dict(lr=3e-4)),
     # causal_reward_feature: as causal_reward, after 30 burn-in updates (experiment.py
     # 179-180) the features pretrained once for 20 000 steps at 3e-3 without weight decay
     # (config 139-163, run.py 138-140) on the burn-in episodes, then frozen.
