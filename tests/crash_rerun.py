@@ -1,5 +1,5 @@
 """A pytest plugin for ``make test``'s workers: a test that takes its worker down (a segfault in
-native code) runs once more on a fresh worker instead of freezing the suite.
+native code, or a hang that pytest-timeout ends) runs once more instead of freezing the suite.
 
 Two things go wrong without it, with pytest-xdist 3.8 and ``--dist loadfile``:
 
@@ -12,13 +12,24 @@ Two things go wrong without it, with pytest-xdist 3.8 and ``--dist loadfile``:
   files, one of whose last tests segfaults, froze here every time.
 - **One crash fails the suite.** XLA:CPU (jaxlib 0.10.2) crashes now and then in programs that run
   fine again (tests/conftest.py and docs/tvt.md name the cases seen). Such a crash is the
-  library's, not the test's, so the test is run once more; a second crash of the same test fails
-  it, so a test that crashes every time is still caught.
+  library's, not the test's, so the test is run once more (on whichever worker takes it next); a
+  second crash of the same test fails it, so a test that crashes every time is still caught. A
+  test that hangs is the same case: pytest-timeout's thread method ends the worker, so a test
+  that hangs twice fails and one that hangs once passes on its second run.
 
-The scheduler below is xdist's file scheduler with the crash path mended: only the tests still to
-run go back in the queue, and a worker is topped up until it holds more than two tests or the
-queue is empty (then it is told to finish). ``pytest_handlecrashitem`` marks the first crash of a
-test ``rerun`` (an ``R`` in the progress line and a line in the summary) and queues the test again.
+The scheduler below is xdist's file scheduler with the crash path mended:
+
+- it records the order in which it sent each worker its tests (a worker runs them in that
+  order), so the crashed test is the first one sent and not finished;
+- only the tests still to run go back in the queue, merged with what is queued for their file;
+- a file's tests given to a worker that already holds some of that file are added to them, not
+  written over them;
+- a worker is topped up until it holds more than two tests or the queue is empty (then it is told
+  to finish), and never before it has reported its collection.
+
+``pytest_handlecrashitem`` marks the first crash of a test ``rerun`` (an ``R`` in the progress
+line and a line in the summary) and queues the test again, unless no worker will replace the
+crashed one; a test queued again that never finishes fails the session.
 """
 
 from __future__ import annotations
@@ -31,36 +42,52 @@ RERUN_FINISHED: set[str] = set()  # those whose second run has ended
 
 
 class CrashSafeLoadFileScheduling(LoadFileScheduling):
-    """``--dist loadfile`` whose crash path neither re-runs finished tests nor freezes."""
+    """``--dist loadfile`` whose crash path neither loses tests nor freezes."""
+
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self.sent: dict = {}  # node -> the node ids sent to it, in order
+
+    def _queue_first(self, tests: list[str]) -> None:
+        """Puts ``tests`` (in their order) at the front of the queue, each file's with what is
+        queued for that file already."""
+        by_scope: dict[str, dict[str, bool]] = {}
+        for nodeid in tests:
+            by_scope.setdefault(self._split_scope(nodeid), {})[nodeid] = False
+        for scope in reversed(list(by_scope)):
+            self.workqueue[scope] = {**by_scope[scope], **self.workqueue.get(scope, {})}
+            self.workqueue.move_to_end(scope, last=False)
+
+    def _assign_work_unit(self, node) -> None:
+        scope, work_unit = self.workqueue.popitem(last=False)
+        self.assigned_work.setdefault(node, {}).setdefault(scope, {}).update(work_unit)
+        pending = [nodeid for nodeid, done in work_unit.items() if not done]
+        self.sent.setdefault(node, []).extend(pending)
+        collection = self.registered_collections[node]
+        node.send_runtest_some([collection.index(nodeid) for nodeid in pending])
 
     def remove_node(self, node):
         workload = self.assigned_work.pop(node)
-        pending = {scope: {nodeid: False for nodeid, done in unit.items() if not done}
-                   for scope, unit in workload.items()}
-        pending = {scope: unit for scope, unit in pending.items() if unit}
-        if not pending:
+        sent = self.sent.pop(node, [])
+        unfinished = [nodeid for nodeid in sent
+                      if not workload[self._split_scope(nodeid)][nodeid]]
+        if not unfinished:
             return None
-        crashitem = next(iter(next(iter(pending.values()))))  # a worker runs its tests in order
-        for scope in reversed(list(pending)):  # the crashed file's other tests run next
-            unit = pending[scope]
-            unit.pop(crashitem, None)
-            if unit:
-                self.workqueue[scope] = unit
-                self.workqueue.move_to_end(scope, last=False)
+        crashitem, rest = unfinished[0], unfinished[1:]
+        self._queue_first(rest)
         for other in self.assigned_work:
             self._reschedule(other)
         return crashitem
 
     def mark_test_pending(self, item: str) -> None:
         """Queues a crashed test again, first (called by ``pytest_handlecrashitem``)."""
-        scope = self._split_scope(item)
-        self.workqueue[scope] = {item: False, **self.workqueue.get(scope, {})}
-        self.workqueue.move_to_end(scope, last=False)
+        self._queue_first([item])
         for node in self.assigned_work:
             self._reschedule(node)
 
     def _reschedule(self, node) -> None:
-        if node.shutting_down:
+        # A replacement worker may still be collecting: it gets work once it has reported.
+        if node.shutting_down or node not in self.registered_collections:
             return
         while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
             self._assign_work_unit(node)
@@ -98,9 +125,9 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     """A test queued again that never ran again (the run stopped first) fails the session."""
-    if CRASHED_ONCE and not hasattr(session.config, "workerinput"):
-        if set(CRASHED_ONCE) - RERUN_FINISHED:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if (CRASHED_ONCE and not hasattr(session.config, "workerinput")
+            and set(CRASHED_ONCE) - RERUN_FINISHED and session.exitstatus == pytest.ExitCode.OK):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_report_teststatus(report):

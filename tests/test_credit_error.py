@@ -47,7 +47,8 @@ def test_credit_error_hand_case():
     # A credit that is an affine image of the exact one correlates perfectly.
     np.testing.assert_allclose(CE.credit_error(3 * exact + 1, exact, action, decisive)
                                ["corr_to_exact"], 1.0, rtol=1e-6)
-    assert np.isnan(CE.credit_error(fitted, exact, action, decisive & False)["sign_agreement"])
+    none = CE.credit_error(fitted, exact, action, decisive & False)
+    assert np.isnan(none["sign_agreement"]) and np.isnan(none["sign_zero"])
 
 
 def test_credit_error_reads_the_action_taken_and_no_sign_in_rounding_noise():
@@ -65,6 +66,7 @@ def test_credit_error_reads_the_action_taken_and_no_sign_in_rounding_noise():
     fitted = jnp.array([[2.0, -1e-9], [1e-9, 0.4]])
     m = CE.credit_error(fitted, exact, jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool))
     np.testing.assert_allclose(m["sign_agreement"], 1.0)
+    np.testing.assert_allclose(m["sign_zero"], 0.0)  # the fitted ±1e-9 sit at unsigned steps
     assert float(m["signed_steps"]) == 2 and float(m["decisive_steps"]) == 4
     # A fitted credit of 0 (up to the same floor, 1e-4 of the largest exact credit) pushes
     # neither way: of four signed steps one agrees, two are 0 and one has the wrong sign.
@@ -72,6 +74,11 @@ def test_credit_error_reads_the_action_taken_and_no_sign_in_rounding_noise():
     fitted = jnp.array([[1e-9, -1.0], [0.0, -2.0]])
     m = CE.credit_error(fitted, exact, jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool))
     np.testing.assert_allclose([m["sign_agreement"], m["sign_zero"]], [1 / 4, 2 / 4])
+    # The floor is the exact credit's (1e-4 · 2 here), whatever the fitted credit's scale: 0.05
+    # has a sign beside a fitted 1000. A NaN fitted credit is a wrong sign, not a 0.
+    fitted = jnp.array([[1000.0, -1.0], [0.05, jnp.nan]])
+    m = CE.credit_error(fitted, exact, jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool))
+    np.testing.assert_allclose([m["sign_agreement"], m["sign_zero"]], [3 / 4, 0.0])
     # A constant exact credit has no correlation.
     assert np.isnan(CE.credit_error(fitted, jnp.zeros((2, 2)), jnp.zeros((2, 2), jnp.int32),
                                     jnp.ones((2, 2), bool))["corr_to_exact"])

@@ -119,7 +119,9 @@ def credit_error(fitted: Array, exact: Array, action: Array, decisive: Array) ->
     # is neither agreement nor a wrong sign.
     floor = SIGN_FLOOR * jnp.max(jnp.abs(exact))
     signed = decisive & (jnp.abs(exact_taken) > floor)
-    fitted_sign = jnp.where(jnp.abs(fitted_taken) > floor, jnp.sign(fitted_taken), 0.0)
+    # A NaN fitted credit (a diverged model) counts as a wrong sign, not as 0.
+    fitted_sign = jnp.where(jnp.abs(fitted_taken) > floor, jnp.sign(fitted_taken),
+                            jnp.where(jnp.isnan(fitted_taken), jnp.nan, 0.0))
     agree, zero = fitted_sign == jnp.sign(exact_taken), fitted_sign == 0
     count, signed_count = decisive.sum(), signed.sum()
     taken_diff = fitted_taken - exact_taken
