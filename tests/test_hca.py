@@ -322,10 +322,13 @@ def test_chunked_sum_gives_the_value_and_gradient_of_the_plain_sum(chunk):
     value, grad = jax.value_and_grad(chunked)(params)
     ref_value, ref_grad = jax.value_and_grad(plain)(params)
     np.testing.assert_allclose(value, ref_value, rtol=1e-6)
-    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-7),
+    # A gradient entry is a float32 sum of 7 rows' terms with cancellation, added in another
+    # order: jaxlib 0.11.2 is off by a relative 1.1e-5 where 0.10.2 met 1e-5. A row counted
+    # twice or a padded row counted is off by O(1).
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, r, rtol=3e-5, atol=1e-7),
                  grad, ref_grad)
     # The cotangent scales the stored gradient; vmapped over a batch of parameters too.
-    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, -2.5 * r, rtol=1e-5, atol=1e-7),
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, -2.5 * r, rtol=3e-5, atol=1e-7),
                  jax.grad(lambda p: -2.5 * chunked(p))(params), ref_grad)
     batch = jax.tree.map(lambda v: jnp.stack([v, 2 * v]), params)
     per = jax.vmap(jax.grad(chunked))(batch)
