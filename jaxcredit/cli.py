@@ -18,7 +18,8 @@ The flags of ``train`` and ``sweep`` are generated from ``TrainConfig`` and ``Hp
 field is a flag with its docstring as help; ``--lambda`` for λ), plus the run options below. Bad
 input exits with status 2 and one line on stderr, before anything is written (set
 ``JAXCREDIT_TRACEBACK=1`` to see the full traceback instead). Compiled programs are cached on disk
-(``jaxcredit.compile_cache``; ``JAXCREDIT_COMPILE_CACHE=0`` turns it off, or names the folder).
+on accelerators (``jaxcredit.compile_cache``; off by default on CPU, where XLA sometimes crashes
+writing or reading it; ``JAXCREDIT_COMPILE_CACHE=on`` or a folder turns it on, ``0`` off).
 """
 
 from __future__ import annotations
@@ -162,6 +163,9 @@ def _host_loop(args, multiprocess: bool):
 
         distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                                args.local_device_ids, auto=args.distributed)
+    # The cache's default depends on the backend, which must not start before the distributed
+    # runtime does; train and sweep compile nothing before this point.
+    compile_cache.enable()
     from jaxcredit.agents import host_loop  # noqa: PLC0415
 
     return host_loop
@@ -287,7 +291,7 @@ def dispatch(argv: list[str]):
         return None
     command, rest = argv[0], argv[1:]
     prog = f"{PROG} {command}"
-    if command in ("train", "sweep", "run", "diagnose"):
+    if command in ("run", "diagnose"):
         compile_cache.enable()  # jaxcredit.compile_cache; benchmarks time compiles, so not bench
     if command == "train":
         return cmd_train(parse(TrainArgs, rest, prog))

@@ -39,10 +39,27 @@ def test_the_second_run_reads_its_program_from_the_cache(tmp_path):
 
 
 def test_cache_location_and_off_switch(monkeypatch, tmp_path):
-    monkeypatch.setenv("JAXCREDIT_COMPILE_CACHE", "off")
-    assert compile_cache.cache_dir() is None
-    monkeypatch.setenv("JAXCREDIT_COMPILE_CACHE", str(tmp_path / "x"))
-    assert compile_cache.cache_dir() == tmp_path / "x"
-    monkeypatch.delenv("JAXCREDIT_COMPILE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert compile_cache.cache_dir() == tmp_path / "jaxcredit" / "xla"
+    default = tmp_path / "jaxcredit" / "xla"
+    monkeypatch.setenv("JAXCREDIT_COMPILE_CACHE", "off")
+    assert compile_cache.cache_dir("gpu") is None
+    monkeypatch.setenv("JAXCREDIT_COMPILE_CACHE", str(tmp_path / "x"))
+    assert compile_cache.cache_dir("cpu") == tmp_path / "x"
+    monkeypatch.setenv("JAXCREDIT_COMPILE_CACHE", "on")
+    assert compile_cache.cache_dir("cpu") == default
+    monkeypatch.delenv("JAXCREDIT_COMPILE_CACHE")
+    # Unset: on for accelerators, off on CPU (XLA:CPU crashes in serialisation, module docstring).
+    assert compile_cache.cache_dir("gpu") == default
+    assert compile_cache.cache_dir("tpu") == default
+    assert compile_cache.cache_dir("cpu") is None
+
+
+def test_a_cpu_command_writes_no_cache_by_default(tmp_path):
+    """``jaxcredit train`` on CPU with no cache setting leaves the default folder empty."""
+    script = pathlib.Path(sys.executable).parent / "jaxcredit"
+    env = {k: v for k, v in os.environ.items() if k != "JAXCREDIT_COMPILE_CACHE"}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), JAX_PLATFORMS="cpu")
+    done = subprocess.run([str(script), *COMMAND, "--out", str(tmp_path / "run")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "xdg" / "jaxcredit").exists()
