@@ -1,30 +1,42 @@
 # The two commands of the project: `make run` and `make test`.
-# Each creates .venv in the repository root if it is missing.
+# Each creates .venv in the repository root if it is missing, with $(PYTHON) (any of Python
+# 3.11-3.13): `make test PYTHON=python3.12` (under pyenv: `PYENV_VERSION=3.12.1 make test
+# PYTHON=python3.12`). The virtual environment is made again when the interpreter changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Which interpreter built .venv: its path and version, kept in $(VENV)/.python.
+PY_ID := $(shell $(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
 
-.PHONY: run test bench clean-venv
+.PHONY: run test bench clean-venv FORCE
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+$(VENV)/.python: FORCE
+	@if [ -z "$(PY_ID)" ]; then echo "make: $(PYTHON) does not run; give a Python 3.11-3.13 as PYTHON=..." >&2; exit 2; fi
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(PY_ID)" ]; then \
+	  echo "making $(VENV) with $(PY_ID)"; rm -rf $(VENV) && \
+	  $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --quiet --upgrade pip && \
+	  echo "$(PY_ID)" > $@; fi
 
-# Stamp files so that a changed pyproject.toml reinstalls.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# Stamp files so that a changed pyproject.toml (or interpreter) reinstalls.
+$(VENV)/.installed: pyproject.toml $(VENV)/.python
 	$(BIN)/python -m pip install --quiet -e ".[experiments,notebooks]"
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@ $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(BIN)/jaxcredit run
 
+# The whole suite on $(PYTHON), then the other end of the supported range: Python 3.12 with
+# JAX 0.11 as the lent GPUs carry it, where the GPU script is rehearsed at a smoke size and the
+# public API, a training run and a resume are tested (accelerator/rehearse.sh; skipped with a
+# message where no Python 3.12 is found, unless REQUIRE_OTHER_END=1 as in CI).
 test: $(VENV)/.installed-dev
-	$(BIN)/ruff check jaxcredit tests experiments
+	$(BIN)/ruff check jaxcredit tests experiments accelerator
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	bash accelerator/rehearse.sh
 
 bench: $(VENV)/.installed
 	$(BIN)/jaxcredit bench estimators
