@@ -1,12 +1,13 @@
 # The two commands of the project: `make run` and `make test`.
 # Each creates .venv in the repository root if it is missing, with $(PYTHON) (any of Python
-# 3.11-3.13): `make test PYTHON=python3.12` (under pyenv: `PYENV_VERSION=3.12.1 make test
-# PYTHON=python3.12`). The virtual environment is made again when the interpreter changes.
+# 3.11-3.13): `make test PYTHON=python3.12` (under pyenv, name the version too:
+# `PYENV_VERSION=3.12.1 make test PYTHON=python3.12`). .venv is made again when the interpreter
+# changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Which interpreter built .venv: its path and version, kept in $(VENV)/.python.
-PY_ID := $(shell $(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
+PY_ID := $(shell $(PYTHON) -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])' 2>/dev/null)
 
 .PHONY: run test bench clean-venv FORCE
 
@@ -30,8 +31,8 @@ run: $(VENV)/.installed
 	$(BIN)/jaxcredit run
 
 # The whole suite on $(PYTHON), then the other end of the supported range: Python 3.12 with
-# JAX 0.11 as the lent GPUs carry it, where the GPU script is rehearsed at a smoke size and the
-# public API, a training run and a resume are tested (accelerator/rehearse.sh; skipped with a
+# JAX 0.11 in a venv holding only a GPU machine's preinstalled stack, where the GPU script is
+# rehearsed at a smoke size and the engine, a command-line train, sweep and resume are tested (accelerator/rehearse.sh; skipped with a
 # message where no Python 3.12 is found, unless REQUIRE_OTHER_END=1 as in CI).
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check jaxcredit tests experiments accelerator

@@ -12,7 +12,7 @@
 #    its commit in accelerator/purejaxrl/COMMIT. Without a git directory an existing checkout
 #    is kept. PureJaxRL's code is never committed here (.gitignore).
 #
-# Both folders are ignored by git; the device tool carries them (docs/scaling.md, "Running on a
+# Both folders are ignored by git; they travel with the checkout (docs/scaling.md, "Running on a
 # lent GPU"). PYTHON picks the interpreter whose pip downloads (any version: pip downloads for
 # --python-version 3.12 whatever it runs on).
 set -euo pipefail
@@ -51,7 +51,7 @@ rm -rf "$DEST"
 mkdir -p "$DEST"
 mv "$tmp"/*.whl "$DEST"/
 echo "prepare.sh: $got wheels in $DEST, $(du -sm "$DEST" | cut -f1) MiB" \
-     "($(du -sb "$DEST" | cut -f1) bytes; the device tool carries at most 64 MiB in all)"
+     "($(du -sb "$DEST" | cut -f1) bytes; at most 64 MiB travel in all)"
 
 if [ -n "$GIT_DIR_ARG" ]; then
   commit=$(git --git-dir "$GIT_DIR_ARG" rev-parse HEAD)

@@ -5,7 +5,7 @@
 #   bash accelerator/run.sh [--size gpu|smoke] [--allow-cpu] [--budget-s 290] [--from DIR]
 #                           [-- more accelerator/tables.py flags]
 #
-# OUT (set by the device tool) receives device.md, NN_name.json per table, results.md and
+# OUT (an empty folder whose files come back) receives device.md, NN_name.json per table, results.md and
 # run.log: at most 8 files, the most a device call brings back. --from (default
 # accelerator/out, where the previous call's files were copied and carried) is copied into OUT
 # first, so that this call skips every part already done and appends to the logs.
@@ -33,19 +33,20 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ -z "${OUT:-}" ]; then
-  echo "run.sh: set OUT to the folder for the tables (the device tool sets it)" >&2
+  echo "run.sh: set OUT to an empty folder for the tables (the files to bring back)" >&2
   exit 2
 fi
 mkdir -p "$OUT"
 if [ -d "$FROM" ] && [ "$(realpath "$FROM")" != "$(realpath "$OUT")" ]; then
   # Not -p: files fetched from a device call are read-only, and these are appended to.
   cp "$FROM"/*.json "$FROM"/*.md "$FROM"/run.log "$OUT"/ 2>/dev/null
-  chmod u+w "$OUT"/* 2>/dev/null
 fi
+chmod u+w "$OUT"/* 2>/dev/null  # files brought back from a machine may be read-only
 exec > >(tee -a "$OUT/run.log") 2>&1
 TEE_PID=$!
-# The device tool collects OUT when this script returns: let tee write the log's end first.
-trap 'exec >&- 2>&-; wait "$TEE_PID"' EXIT
+# OUT is collected when this script returns: let tee write the log's end first, and leave no
+# half-written *.tmp behind (a 9th file would crowd out one of the 8 that come back).
+trap 'rm -f "$OUT"/*.tmp; exec >&- 2>&-; wait "$TEE_PID"' EXIT
 echo "=== accelerator/run.sh, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), size $SIZE," \
      "budget ${BUDGET} s, earlier results from $FROM: $(ls "$OUT" | grep -c json) tables"
 
@@ -53,7 +54,7 @@ PY=${PYTHON:-python3}
 SITE=${JAXCREDIT_SITE:-/tmp/jaxcredit-site}
 export PYTHONUNBUFFERED=1
 stack() { "$PY" -c 'import jax, jaxlib, numpy; print(jax.__version__, jaxlib.__version__,
-numpy.__version__, jax.__file__)'; }
+numpy.__version__, jax.__file__, jaxlib.__file__, numpy.__file__)'; }
 
 before=$(stack) || { echo "run.sh: $PY cannot import jax"; exit 1; }
 shopt -s nullglob
@@ -62,6 +63,7 @@ if [ ${#wheels[@]} -eq 0 ]; then
   echo "run.sh: no wheels in accelerator/wheels: run accelerator/prepare.sh here and carry it"
   exit 1
 fi
+rm -rf "$SITE"  # a folder kept from an earlier call may hold wheels no longer in wheels.txt
 "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target "$SITE" "${wheels[@]}" || { echo "run.sh: installing accelerator/wheels failed"; exit 1; }
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"

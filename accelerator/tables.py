@@ -204,8 +204,13 @@ class Budget:
     def left(self) -> float:
         return self.deadline - MARGIN_S - time.time()
 
-    def fits(self, estimate_s: float) -> bool:
-        return estimate_s * self.factor <= self.left()
+    def scale(self, measured: bool) -> float:
+        # An estimate computed from this call's own measurements (a learning run from the
+        # throughput just measured) is not a guess: it is never scaled down.
+        return max(1.0, self.factor) if measured else self.factor
+
+    def fits(self, estimate_s: float, measured: bool = False) -> bool:
+        return estimate_s * self.scale(measured) <= self.left()
 
     def record(self, estimate_s: float, actual_s: float) -> None:
         self.estimated += estimate_s
@@ -276,9 +281,11 @@ def run_tables(tables: list[tuple[TableInfo, list[Part]]], out: pathlib.Path, si
                 traceback.print_exc()
                 log(f"skip {label}: its estimate failed: {type(err).__name__}: {err}")
                 continue
-            if not budget.fits(estimate):
-                log(f"skip {label}: needs ~{estimate * budget.factor:.0f} s (estimate "
-                    f"{estimate:.0f} s x {budget.factor:.2f}), {max(0, budget.left()):.0f} s "
+            measured = callable(part.estimate)
+            if not budget.fits(estimate, measured):
+                factor = budget.scale(measured)
+                log(f"skip {label}: needs ~{estimate * factor:.0f} s (estimate "
+                    f"{estimate:.0f} s x {factor:.2f}), {max(0, budget.left()):.0f} s "
                     "left; the next call runs it")
                 skipped.setdefault(info.file, []).append(part.key)
                 continue

@@ -17,9 +17,11 @@ configure_cpu_flags()
 
 def _jaxlib_version() -> tuple:
     """jaxlib's (major, minor), read without importing jax (XLA_FLAGS must be set first)."""
+    import re  # noqa: PLC0415
     from importlib.metadata import version  # noqa: PLC0415
 
-    return tuple(int(part) for part in version("jaxlib").split(".")[:2])
+    major, minor = re.match(r"(\d+)\.(\d+)", version("jaxlib")).groups()
+    return int(major), int(minor)
 
 # Two compile-time flags for the workers and every command they start, because most of the
 # suite's time is XLA:CPU compiling small programs. Users' runs keep XLA's defaults.

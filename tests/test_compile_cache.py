@@ -63,3 +63,17 @@ def test_a_cpu_command_writes_no_cache_by_default(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "xdg" / "jaxcredit").exists()
+
+
+def test_train_turns_the_cache_on_by_default_on_an_accelerator(tmp_path):
+    """The other half of the default: where the backend is not the CPU, ``train``'s host loop
+    (``cli._host_loop``, after the distributed runtime) points JAX at the default folder."""
+    code = ("import jax; jax.default_backend = lambda: 'gpu'\n"
+            "from jaxcredit import cli; cli._host_loop(None, False)\n"
+            "print(jax.config.jax_compilation_cache_dir)")
+    env = {k: v for k, v in os.environ.items() if k != "JAXCREDIT_COMPILE_CACHE"}
+    env.update(XDG_CACHE_HOME=str(tmp_path), JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == str(tmp_path / "jaxcredit" / "xla")
