@@ -10,8 +10,10 @@ Two things go wrong without it, with pytest-xdist 3.8 and ``--dist loadfile``:
   (pytest-xdist issues 784, 1323 and 1327; fixed upstream after 3.8). CI then ends at its wall-clock
   limit with nothing reported. ``python -m pytest -n 2 --dist loadfile`` over four three-test
   files, one of whose last tests segfaults, froze here every time.
-- **One crash fails the suite.** XLA:CPU (jaxlib 0.10.2) crashes now and then in programs that run
-  fine again (tests/conftest.py and docs/tvt.md name the cases seen). Such a crash is the
+- **One crash fails the suite.** XLA:CPU (jaxlib 0.10.2 and 0.11.2) crashes now and then in
+  programs that run fine again, inside the compilation cache the suite shares between its
+  processes (tests/conftest.py and docs/tvt.md name the cases seen; the last whole-suite run under
+  0.11.2 had two such crashes). Such a crash is the
   library's, not the test's, so the test is run once more (on whichever worker takes it next); a
   second crash of the same test fails it, so a test that crashes every time is still caught. A
   test that hangs is the same case: pytest-timeout's thread method ends the worker, so a test
