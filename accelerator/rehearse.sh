@@ -36,6 +36,9 @@ find_python312() {
     v=$(pyenv versions --bare | grep -E '^3\.12(\.|$)' | tail -1)
     if [ -n "$v" ]; then echo "$(pyenv root)/versions/$v/bin/python3.12"; return; fi
   fi
+  local found  # pyenv's own folder, when pyenv is installed but not on PATH
+  found=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
+  if [ -n "$found" ]; then echo "$found"; return; fi
   echo "rehearse.sh: no Python 3.12 found; set PYTHON312" >&2
   return 1
 }
