@@ -22,7 +22,7 @@ script (the ``jaxcredit`` beside ``sys.executable``), so the JAX version is that
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -32,6 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Literal
+
+import tyro
 
 POLICIES = ("mlp", "gru", "rma")
 # The command of the environment this script runs in.
@@ -123,13 +126,22 @@ def summary(rows: list, info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclasses.dataclass
+class Args:
+    """Counts the ``jaxcredit train`` runs that die, per policy and cache mode."""
+
+    out: str
+    """folder for runs.jsonl and summary.md (an interrupted count resumes there)"""
+    modes: tuple[Literal["write", "read", "default"], ...] = ("write", "read")
+    """cache modes: write (a fresh folder per run), read (a filled folder), default (none set)"""
+    policies: tuple[Literal["mlp", "gru", "rma"], ...] = POLICIES
+    """policy kinds"""
+    runs: int = 20
+    """runs per (policy, mode)"""
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=["write", "read"])
-    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
-    parser.add_argument("--runs", type=int, default=20, help="runs per (policy, mode)")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n")[0])
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "runs.jsonl"
