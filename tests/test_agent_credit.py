@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
-from jaxcredit.agents.credit_scores import episode_returns, step_label_scores
+from jaxcredit.credit.scores import episode_returns, step_label_scores
 from jaxcredit.envs import make as make_env
 from jaxcredit.envs.command_chain import CommandChain, random_success_rate
 from jaxcredit.estimators import make_estimator

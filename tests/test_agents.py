@@ -314,8 +314,8 @@ def test_learned_all_action_estimator_is_trained_in_the_same_step():
     assert credit.advantage.shape == (16, 4, 2)
     assert {"estimator/loss", "estimator/hindsight_loss"} <= set(metrics)
     assert np.all(np.isfinite(metrics["loss"]))
-    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), init.estimator.params,
-                         state.estimator.params)
+    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), init.credit.estimator.params,
+                         state.credit.estimator.params)
     assert max(jax.tree.leaves(moved)) > 0
 
 

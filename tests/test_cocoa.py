@@ -36,7 +36,7 @@ from jaxcredit.types import Trajectory
 
 HP = Hparams.create(gamma=1.0, lambda_=0.9)
 KEY = jax.random.key(0)
-# Evaluation-point metrics of a fitted model against its exact twin (agents.credit_error).
+# Evaluation-point metrics of a fitted model against its exact twin (credit.error).
 CREDIT_ERROR_NAMES = ("rmse_to_exact", "corr_to_exact", "sign_agreement", "sign_zero",
                       "rmse_decisive",
                       "decisive_steps", "signed_steps", "grad_cos_fitted", "grad_cos_oracle",

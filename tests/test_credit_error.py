@@ -1,4 +1,4 @@
-"""Credit error against the exact model, inside a run (``jaxcredit.agents.credit_error``).
+"""Credit error against the exact model, inside a run (``jaxcredit.credit.error``).
 
 1. Hand cases: the credit of the action taken, rmse / correlation / decisive-step sign agreement
    of a known error, the decisive states of an advantage table, the cosine of two pytrees, the
@@ -14,7 +14,7 @@ import numpy as np
 
 from conftest import init_and_train
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
-from jaxcredit.agents import credit_error as CE
+from jaxcredit.credit import error as CE
 from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.exact import tabular
 
@@ -155,11 +155,12 @@ def test_the_credit_error_under_exploration_and_discount_matches_a_float64_recom
                           state.agent.params)
     state = state.replace(agent=state.agent.replace(params=params))
     mdp = engine.ground_truth.mdp()
-    pi = gt_lib.policy_table(engine.network, params, mdp)  # the mixture
+    pi = gt_lib.policy_table(engine.policy_logits, params, mdp)  # the mixture
     exact = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, gamma)
     table = jax.nn.log_softmax(jnp.asarray(exact["log_h"]) + 0.7 * jax.random.normal(
         jax.random.key(5), exact["log_h"].shape))
-    state = state.replace(estimator=state.estimator.replace(params={"table": table}))
+    state = state.replace(credit=state.credit.replace(
+        estimator=state.credit.estimator.replace(params={"table": table})))
     metrics = jax.jit(engine.evaluate)(state, hp)
 
     # The evaluation's held-out window and credit key (``evaluate``'s derivation).
@@ -167,7 +168,7 @@ def test_the_credit_error_under_exploration_and_discount_matches_a_float64_recom
     traj = jax.jit(engine.collect)(state, hp, keys[1]).trajectory
     twin = engine.estimator.oracle()
     fitted, oracle = (np.asarray(a, np.float64) for a in jax.jit(lambda: (
-        engine.estimator.assign(state.estimator.params, traj, hp, keys[3]).advantage,
+        engine.estimator.assign(state.credit.estimator.params, traj, hp, keys[3]).advantage,
         twin.assign(exact, traj, hp, keys[3]).advantage))())
     action, visited = np.asarray(traj.action), np.asarray(traj.state)
 
@@ -204,7 +205,7 @@ def test_the_credit_error_under_exploration_and_discount_matches_a_float64_recom
             return jnp.mean(jnp.sum(jnp.exp(log_pi) * advantage, -1))
 
         true = jax.grad(lambda p: gt_lib.exact_return(
-            engine.ground_truth, mdp, gt_lib.policy_table(engine.network, p, mdp)))(params)
+            engine.ground_truth, mdp, gt_lib.policy_table(engine.policy_logits, p, mdp)))(params)
         return true, jax.grad(surrogate)(params, fitted), jax.grad(surrogate)(params, oracle)
 
     true, g_fit, g_exact = (flat(g) for g in gradients(jnp.asarray(fitted, jnp.float32),
@@ -250,14 +251,14 @@ def test_a_fitted_model_equal_to_the_exact_one_has_no_credit_error():
                           state.agent.params)
     state = state.replace(agent=state.agent.replace(params=params))
     mdp = engine.ground_truth.mdp()
-    pi = gt_lib.policy_table(engine.network, params, mdp)
+    pi = gt_lib.policy_table(engine.policy_logits, params, mdp)
     exact = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, 1.0)
     table = jnp.asarray(exact["log_h"])
 
     @jax.jit  # one program for both tables
     def metrics_with(table):
-        est = state.estimator.replace(params={"table": table})
-        return engine.evaluate(state.replace(estimator=est), hp)
+        est = state.credit.estimator.replace(params={"table": table})
+        return engine.evaluate(state.replace(credit=state.credit.replace(estimator=est)), hp)
 
     same = metrics_with(table)
     np.testing.assert_allclose(same["credit/rmse_to_exact"], 0.0, atol=1e-5)
@@ -407,7 +408,7 @@ def test_cocoa_feature_is_measured_against_the_reward_value_oracle():
     state = engine.init(jax.random.key(0))
     traj = engine.collect(state, hp, jax.random.key(1)).trajectory
     mdp = engine.ground_truth.mdp()
-    pi = gt_lib.policy_table(engine.network, state.agent.params, mdp)
+    pi = gt_lib.policy_table(engine.policy_logits, state.agent.params, mdp)
     exact = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, 1.0)
     key = jax.random.key(2)
     np.testing.assert_allclose(twin.assign(exact, traj, hp, key).advantage,

@@ -178,7 +178,7 @@ def test_state_oracle_credit_equals_credit_from_the_dp_hindsight_table():
     _, credit, _, _ = jax.jit(engine.assign_credit)(state, window.trajectory, hparams,
                                                     jax.random.key(2))
     mdp = engine.env.tabular_mdp(engine.env_params)
-    pi = gt.policy_table(engine.network, state.agent.params, mdp)
+    pi = gt.policy_table(engine.policy_logits, state.agent.params, mdp)
     table = jnp.log(jnp.maximum(hindsight.state_hindsight(mdp, pi, 0.9), 1e-30))
     reference = make_estimator("hca_state", model=hm.state_tabular(mdp.num_states))
     traj = window.trajectory.replace(obs=window.trajectory.state)
@@ -195,7 +195,7 @@ def test_return_oracle_matches_the_bandit_closed_form():
     state = engine.init(KEY)
     traj = engine.collect(state, hparams, jax.random.key(1)).trajectory
     mdp = engine.env.tabular_mdp(engine.env_params)
-    pi = gt.policy_table(engine.network, state.agent.params, mdp)
+    pi = gt.policy_table(engine.policy_logits, state.agent.params, mdp)
     params = gt.exact_model_params("return_hindsight", engine.ground_truth, mdp, pi,
                                    hparams.gamma)
     twin = engine.estimator.oracle()

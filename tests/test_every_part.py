@@ -127,9 +127,9 @@ def test_every_estimator_trains_in_the_engine(name):
     assert _moved(init.agent.params, state.agent.params) > 0
     estimator = engine.estimator
     if estimator.learned:
-        assert _moved(init.estimator.params, state.estimator.params) > 0, name
+        assert _moved(init.credit.estimator.params, state.credit.estimator.params) > 0, name
     if estimator.update is not None:  # a rule's model (belief, chunked counts) revised
-        assert _moved(init.estimator.params, state.estimator.params) > 0, name
+        assert _moved(init.credit.estimator.params, state.credit.estimator.params) > 0, name
     if estimator.learned and estimator.oracle is not None:
         assert "credit/rmse_to_exact" in last  # the exact twin ran at the evaluation
         # The KL where the model and its twin condition on the same object (not cocoa_feature's
@@ -152,7 +152,7 @@ def test_every_redistributor_trains_in_the_engine(name):
                                        gamma=1.0)
     assert any(k.startswith("redistribute/") for k in last)
     if engine.redistributor.learned:
-        assert _moved(init.redistributor.params, state.redistributor.params) > 0, name
+        assert _moved(init.credit.redistributor.params, state.credit.redistributor.params) > 0, name
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVE_CASES))

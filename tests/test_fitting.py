@@ -225,7 +225,7 @@ def test_the_engine_fits_on_a_ring_of_recent_windows():
                                    estimator_fit_windows=3, estimator_fit_minibatches=2,
                                    eval_every=0)
     state, metrics = jax.jit(make_engine(config).train)(jax.random.key(0), Hparams.create())
-    fit_state = state.estimator
+    fit_state = state.credit.estimator
     assert fit_state.buffer.reward.shape == (3 * 4, 2)
     assert int(fit_state.filled) == 3 and int(fit_state.cursor) == 2
     assert np.all(np.asarray(fit_state.buffer.reward) != 0.0)
@@ -248,7 +248,7 @@ def test_credit_before_the_fit_does_not_see_the_windows_own_fit():
         def first_step(estimator_lr: float):
             hparams = Hparams.create().replace(estimator_lr=jnp.float32(estimator_lr))
             state, _ = train(jax.random.key(0), hparams)
-            return state.agent.params, state.estimator.params
+            return state.agent.params, state.credit.estimator.params
         return first_step
 
     def differ(a, b):
@@ -284,7 +284,7 @@ def test_model_warmup_fits_the_model_while_the_agent_waits():
 
     for s in states[1:3]:
         assert moved(s.agent, init.agent) == 0.0  # params and Adam moments alike
-        assert moved(s.estimator.params, init.estimator.params) > 0
+        assert moved(s.credit.estimator.params, init.credit.estimator.params) > 0
     assert moved(states[3].agent.params, init.agent.params) > 0
     with pytest.raises(ValueError, match="model_warmup_updates must be a non-negative"):
         TrainConfig(model_warmup_updates=-1).validate()

@@ -45,8 +45,8 @@ def test_vmapped_engine_init_equals_one_init_per_key():
                         jax.tree.leaves(single.agent.params)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
         for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[i],
-                                                     batched.redistributor.params)),
-                        jax.tree.leaves(single.redistributor.params)):
+                                                     batched.credit.redistributor.params)),
+                        jax.tree.leaves(single.credit.redistributor.params)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 

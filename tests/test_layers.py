@@ -111,6 +111,7 @@ LAYERS = [
     {"exact"},
     {"envs"},
     {"estimators", "objectives", "fitting", "reward_models", "relabel", "redistribute"},
+    {"credit"},
     {"agents"},
     {"diagnostics", "experiment", "presets"},
     {"bench", "showcase"},

@@ -55,8 +55,8 @@ def test_epsilon_mixture_acts_and_is_read_by_the_exact_models_not_by_evaluation(
     num_actions = pi_stored.shape[-1]
     assert float(pi_stored.min()) >= eps / num_actions - 1e-6
     mdp = engine.ground_truth.mdp()
-    behaviour = gt_lib.policy_table(engine.network, params, mdp)
-    target = gt_lib.policy_table(engine.network, params, mdp, behaviour=False)
+    behaviour = gt_lib.policy_table(engine.policy_logits, params, mdp)
+    target = gt_lib.policy_table(engine.target_logits, params, mdp)
     np.testing.assert_allclose(behaviour, (1 - eps) * target + eps / num_actions, atol=1e-5)
     # The stored log-probs are the behaviour policy's at the visited states.
     np.testing.assert_allclose(pi_stored, behaviour[window.trajectory.state], atol=1e-5)
@@ -98,7 +98,8 @@ def test_the_engine_learns_from_the_mixture_and_evaluates_the_softmax():
     _, credit, _, _ = engine.assign_credit(state, traj, hp, jax.random.key(2))
 
     def exact_credit(behaviour):
-        pi = gt_lib.policy_table(engine.network, params, mdp, behaviour=behaviour)
+        logits = engine.policy_logits if behaviour else engine.target_logits
+        pi = gt_lib.policy_table(logits, params, mdp)
         model = gt_lib.exact_model_params("reward_hindsight", engine.ground_truth, mdp, pi, 1.0)
         return engine.estimator.assign(model, traj, hp, jax.random.key(2)).advantage
 
@@ -106,7 +107,7 @@ def test_the_engine_learns_from_the_mixture_and_evaluates_the_softmax():
     assert float(jnp.abs(exact_credit(False) - exact_credit(True)).max()) > 0.03
     # 3. Evaluation plays the softmax: every episode returns its exact value.
     metrics = engine.evaluate(state, hp)
-    softmax = gt_lib.policy_table(engine.network, params, mdp, behaviour=False)
+    softmax = gt_lib.policy_table(engine.target_logits, params, mdp)
     assert float(softmax.max(-1).min()) > 0.999
     np.testing.assert_allclose(metrics["eval/return"], metrics["eval/exact_return"], atol=1e-3)
     np.testing.assert_allclose(metrics["eval/exact_return"],
@@ -210,7 +211,7 @@ def test_cocoa_hypernet_serves_every_contribution_estimator(name):
     traj = engine.collect(state, hp, jax.random.key(1)).trajectory
     est = make_estimator(name, {"env": engine.env, "env_params": engine.env_params},
                          model="hypernet", hidden=16)
-    params = state.estimator.params
+    params = state.credit.estimator.params
     grads = jax.grad(lambda p: est.loss(p, traj, hp, jax.random.key(2))[0])(params)
     assert float(optax.global_norm(grads)) > 0
     credit = est.assign(params, traj, hp, jax.random.key(3)).advantage
@@ -262,8 +263,8 @@ def test_pretrained_features_are_fitted_once_after_burn_in_then_frozen():
     states = [engine.init(jax.random.key(1))]
     for _ in range(4):
         states.append(step(states[-1], hp)[0])
-    obj = [s.estimator.params["object"] for s in states]
-    hind = [s.estimator.params["hindsight"] for s in states]
+    obj = [s.credit.estimator.params["object"] for s in states]
+    hind = [s.credit.estimator.params["hindsight"] for s in states]
     # Updates 0, 1: burn-in (nothing fitted); update 2 pretrains the features once; 3: frozen.
     assert _same(obj[2], obj[0]) and _same(hind[2], hind[0])
     assert not _same(obj[3], obj[2])
@@ -271,10 +272,10 @@ def test_pretrained_features_are_fitted_once_after_burn_in_then_frozen():
     assert not _same(hind[4], hind[3])
     # The pretraining lowered the feature loss on the burn-in windows.
     window = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1).reshape(
-        (x.shape[1], -1) + x.shape[3:]), states[3].estimator.pretrain_buffer)
+        (x.shape[1], -1) + x.shape[3:]), states[3].credit.estimator.pretrain_buffer)
     data = window if est.pretrain_data is None else est.pretrain_data(window)
-    before = est.pretrain_loss(states[0].estimator.params, data, hp, None)[0]
-    after = est.pretrain_loss(states[3].estimator.params, data, hp, None)[0]
+    before = est.pretrain_loss(states[0].credit.estimator.params, data, hp, None)[0]
+    after = est.pretrain_loss(states[3].credit.estimator.params, data, hp, None)[0]
     assert float(after) < float(before)
 
 

@@ -96,14 +96,15 @@ def test_learned_redistributor_is_fitted_and_changes_the_rewards():
     hparams = Hparams.create(redistributor_lr=0.1)
     state, metrics = jax.jit(engine.train)(KEY, hparams)
     offsets = np.asarray(metrics["redistribute/offset"])
-    assert offsets[0] < offsets[-1] and 0.5 < float(state.redistributor.params["b"]) < 1.2
+    assert offsets[0] < offsets[-1] and 0.5 < float(state.credit.redistributor.params["b"]) < 1.2
     assert {"redistribute/loss", "redistribute/loss_first", "redistribute/grad_norm"} <= set(
         metrics)
     window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
     traj, credit, fitted, _ = jax.jit(engine.assign_credit)(state, window.trajectory, hparams,
                                                             jax.random.key(2))
     # Fitted again on this window first, then applied with the new offset.
-    np.testing.assert_allclose(traj.reward, 1.0 - fitted.redistributor.params["b"], rtol=1e-5)
+    np.testing.assert_allclose(traj.reward, 1.0 - fitted.credit.redistributor.params["b"],
+                               rtol=1e-5)
     assert np.all(np.isfinite(credit.advantage))
 
 

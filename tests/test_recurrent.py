@@ -79,19 +79,19 @@ def test_rudder_on_the_agent_state_stores_and_fits_the_states_the_agent_had():
     eng = engine(updates=4, redistribute="rudder", redistribute_options=(
         ("inputs", "agent_state"), ("features", 8), ("lessons", 8), ("batch_episodes", 4)))
     state = jax.jit(eng.init)(jax.random.key(0))
-    before = state.redistributor.params
+    before = state.credit.redistributor.params
     update = jax.jit(eng.update_step)
     for _ in range(4):
         state, metrics = update(state, Hparams())
     assert all(np.isfinite(float(v)) for k, v in metrics.items()
                if k.startswith("redistribute/") and "prediction_error" not in k), metrics
-    lessons = state.redistributor.memory.episodes
+    lessons = state.credit.redistributor.memory.episodes
     assert lessons.lessons.obs.shape[-1] == 16
     filled = np.isfinite(np.asarray(lessons.priority))
     assert filled.sum() >= 4
     stored = np.asarray(lessons.lessons.obs)[filled][:, 0]  # each episode's first state
     assert np.abs(stored).max() > 0  # a GRU's output, not the 2-number observation
-    moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), state.redistributor.params,
+    moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), state.credit.redistributor.params,
                          before)
     assert max(jax.tree.leaves(moved)) > 0
 

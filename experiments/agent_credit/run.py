@@ -24,7 +24,7 @@ entropy bonus (as in RL post-training):
 
 Reported: training success against episodes (8 seeds, 95 % bootstrap bands), final success and
 area under the curve (mean ± Student-t 95 % CI), and the credit scores the engine computes against
-the exact step labels (``jaxcredit.agents.credit_scores``): sign accuracy on necessary and fatal
+the exact step labels (``jaxcredit.credit.scores``): sign accuracy on necessary and fatal
 steps, on the necessary steps of failed episodes, and the share of |credit| from failed episodes.
 
     python experiments/agent_credit/run.py --size smoke     # about two minutes

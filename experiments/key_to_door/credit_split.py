@@ -4,7 +4,7 @@ reward value that carries it, read from finished KeyToDoor runs.
 ``cocoa_reward``'s credit is linear in the later rewards and its immediate term is the same for the
 fitted and the exact model, so at every evaluation the engine splits the error of the credit at the
 decisive steps (the key at s₀, the door) exactly over KeyToDoor's reward values
-(``credit/rmse_decisive_reward{i}``, ``jaxcredit.agents.credit_error.reward_value_errors``): 0, the
+(``credit/rmse_decisive_reward{i}``, ``jaxcredit.credit.error.reward_value_errors``): 0, the
 low apple (0.1·23/L), the high apple (0.9·23/L) and the treasure (0.2·23/L). This script averages
 them over quarters of training and per seed, beside the final treasure rate.
 

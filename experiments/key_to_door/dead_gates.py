@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{run}: live entries of ℓ (of 4) and G (of 32) at s₀ for the outcomes "
           f"{', '.join(VALUES)}")
     for seed in range(seeds):
-        params = jax.tree.map(lambda x, s=seed: x[s], state.estimator.params)["params"]
+        params = jax.tree.map(lambda x, s=seed: x[s], state.credit.estimator.params)["params"]
         ell, gate = live_entries(params, obs, len(VALUES))
         agent = jax.tree.map(lambda x, s=seed: x[s], state.agent.params)
-        pi = gt_lib.policy_table(engine.network, agent, mdp, behaviour=False)
+        pi = gt_lib.policy_table(engine.target_logits, agent, mdp)
         key_rate = float(engine.ground_truth.task_metrics(pi)["key_rate"])
         print(f"seed {seed}: ℓ {ell}, G {gate}, π(KEY | s₀) {key_rate:.3f}")
     return 0

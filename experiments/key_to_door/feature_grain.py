@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     threshold = float(dict(config.estimator.options).get("threshold", 0.05))
     print(f"{run}: distinct g(s, a) over the MDP's (state, action) pairs, by reward outcome")
     for seed in range(seeds):
-        obj = jax.tree.map(lambda x, s=seed: x[s], state.estimator.params)["object"]
+        obj = jax.tree.map(lambda x, s=seed: x[s], state.credit.estimator.params)["object"]
         counts = grain(feature_table(obj, obs, probs.shape[1], threshold), outcome,
                        obs[:, HAS_KEY] > 0.5)
         print(f"seed {seed}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))

@@ -4,7 +4,7 @@ at every update of a short run.
 One engine run (``jaxcredit.experiment.Case``, all seeds vmapped) of a learner of ``run.py``
 (default: A2C with the fitted ``cocoa_reward``) with an evaluation after every update. Each
 evaluation assigns the credit of a held-out window twice, with the fitted model and with the same
-estimator's exact model (same window and key; ``jaxcredit.agents.credit_error``), and records
+estimator's exact model (same window and key; ``jaxcredit.credit.error``), and records
 
 * π(KEY | s₀) (``eval/key_rate``) and the KL from the exact to the fitted model;
 * the credit's RMSE against the exact model's, overall and for the action taken at the decisive

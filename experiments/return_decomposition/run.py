@@ -211,7 +211,7 @@ def learning_part(case: X.Case, out: pathlib.Path, size: dict, seed: int) -> dic
             return correlation(new.reward, test.reward)
 
         entry["reward_correlation"] = np.asarray(jax.jit(jax.vmap(recovered))(
-            states.redistributor.params, jax.random.split(jax.random.key(seed + 1),
+            states.credit.redistributor.params, jax.random.split(jax.random.key(seed + 1),
                                                           size["seeds"]))).tolist()
     return entry
 

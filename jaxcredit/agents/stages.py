@@ -17,7 +17,8 @@ and the objective's also holds its settings from the config (``critic``,
 
 ``make_stages`` also makes the checks that need more than one stage or the environment (a
 whole-episode estimator needs windows of one episode; a pretrain schedule needs a part to
-pretrain), and ``exact_twin`` the exact-model twin of a learned estimator.
+pretrain). The stages then make one credit transform (``jaxcredit.credit.pipeline``), which
+checks what needs the exact models.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from typing import Any, Optional
 
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.runs import episode_horizon
+from jaxcredit.credit.named import stage_context as credit_stage_context
 from jaxcredit.estimators import make_estimator
 from jaxcredit.estimators.base import Estimator
-from jaxcredit.exact.ground_truth import exact_unavailable
 from jaxcredit.objectives import Objective, make_objective
 from jaxcredit.policies import ActionDistribution
 from jaxcredit.redistribute import Redistributor, make_redistributor
@@ -49,8 +50,7 @@ class Stages:
 def stage_context(config: TrainConfig, env: Any, env_params: Any,
                   distribution: Optional[ActionDistribution] = None) -> dict[str, Any]:
     """What the engine hands every stage factory that takes it (module docstring)."""
-    return {"env": env, "env_params": env_params, "horizon": episode_horizon(env_params),
-            "group_size": config.group_size, "action_distribution": distribution}
+    return credit_stage_context(env, env_params, config.group_size, distribution)
 
 
 def objective_context(config: TrainConfig, context: dict[str, Any]) -> dict[str, Any]:
@@ -140,27 +140,3 @@ def check_episode_windows(config: TrainConfig, env: Any, env_params: Any,
         raise ValueError(f"group_size={config.group_size} needs an environment with task "
                          f"instances to share (sample_instance / reset_to_instance, e.g. "
                          f"CommandChain); {config.env!r} has none")
-
-
-def exact_twin(estimator: Estimator, ground_truth, config: TrainConfig) -> Optional[Estimator]:
-    """The exact-model twin of an estimator with a model, fitted by gradient steps or revised
-    by a rule (Chunked-TD's counts), for the credit-error metrics and, where the model has a
-    hindsight read-out, ``estimator/kl_to_exact`` (else None).
-
-    Also rejects an oracle estimator where no exact model can be computed.
-    """
-    missing = None
-    if ground_truth is not None and estimator.exact_model is not None:
-        missing = exact_unavailable(estimator.exact_model, ground_truth, where=repr(config.env))
-    if estimator.is_oracle:
-        if ground_truth is None:
-            raise ValueError(f"estimator {estimator.name!r} with model='oracle' needs an "
-                             f"environment with exact ground truth; {config.env!r} has none")
-        if missing:
-            raise ValueError(missing)
-        return None
-    has_model = estimator.learned or estimator.update is not None
-    if (not config.evaluation.every or not has_model or estimator.oracle is None
-            or ground_truth is None or missing):
-        return None
-    return estimator.oracle()

@@ -14,8 +14,8 @@ import jax
 from flax import struct
 
 from jaxcredit.agents.meta_gradient import MetaState
+from jaxcredit.credit.transform import CreditState
 from jaxcredit.agents.rollout import EnvRunner, EpisodeSummary
-from jaxcredit.fitting import FitState
 from jaxcredit.types import Trajectory
 
 
@@ -33,8 +33,8 @@ class TrainState:
 
     Attributes:
       agent: the actor-critic and its optimiser.
-      estimator: the estimator's fitted model (empty params for estimators without one).
-      redistributor: the redistributor's fitted model (empty without one).
+      credit: the credit transform's state (``jaxcredit.credit.CreditState``): the estimator's
+        and the redistributor's fitted models and their count of updates.
       runner: the environments, their current observations, running episode statistics and
         the policy's memory.
       key: typed PRNG key for the next update.
@@ -46,8 +46,7 @@ class TrainState:
     """
 
     agent: AgentState
-    estimator: FitState
-    redistributor: FitState
+    credit: CreditState
     runner: EnvRunner
     key: jax.Array
     eval_key: jax.Array

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcredit.agents import credit_error
+from jaxcredit import credit as credit_lib
 from jaxcredit.agents import meta_gradient as meta_lib
 from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.agents.agent_network import AgentNetwork, first_steps, make_agent_network
@@ -56,17 +56,15 @@ from jaxcredit.agents.rollout import example_window, reset_groups, reset_runner,
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, action_distribution,
                                    episode_horizon, make_environment, strong)
 from jaxcredit.agents.normalize import make_normalizer
-from jaxcredit.agents.stages import exact_twin, make_stages, reads_agent_state
+from jaxcredit.agents.stages import make_stages, reads_agent_state
 from jaxcredit.agents.state import AgentState, TrainState, Window
-from jaxcredit.exact import tabular
 from jaxcredit.envs.goals import success_fn
 from jaxcredit.estimators.base import Estimator
-from jaxcredit.fitting import FitState, adam_step, fit, init_fit_state, pretrain
+from jaxcredit.fitting import adam_step
 from jaxcredit.networks import ActorCritic
 from jaxcredit.objectives import Objective, losses
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.relabel import Relabeller
-from jaxcredit.agents.credit_scores import step_label_scores
 from jaxcredit.agents.dqn import make_dqn_engine
 from jaxcredit.agents.pqn import make_pqn_engine
 from jaxcredit.types import Credit, Trajectory
@@ -83,13 +81,18 @@ class Engine(EngineRuns):
       env, env_params: the gymnax environment.
       network: the agent's flax module (``ActorCritic``, or ``RecurrentActorCritic``).
       agent_network: how the engine runs it (``jaxcredit.agents.agent_network``).
-      objective, estimator: the objective and estimate stages.
+      objective: the objective.
+      credit: the credit transform (``jaxcredit.credit``): relabel, redistribute, estimate.
+      estimator: the estimate stage (``credit.estimator``).
       relabeller, redistributor: the optional stages (None when not set).
-      ground_truth: exact quantities of the environment (None without a tabular MDP).
+      ground_truth: exact quantities of the environment the credit stages may read (None
+        without a tabular MDP).
+      policy_logits, target_logits: ``(agent_params, obs) -> logits`` of the behaviour and the
+        target policy (what π[s, a] tables are read from).
       init: ``key -> TrainState``.
-      collect: ``(TrainState, Hparams, key) -> Window``: act, relabel, evaluate the critic.
+      collect: ``(TrainState, Hparams, key) -> Window``: act, evaluate the critic.
       assign_credit: ``(TrainState, Trajectory, Hparams, key) -> (Trajectory, Credit, TrainState,
-        metrics)``: fit and apply the redistribute and estimate stages.
+        metrics)``: the credit transform's update at the state's policy.
       update_step: ``(TrainState, Hparams) -> (TrainState, metrics)``, one update.
       evaluate: ``(TrainState, Hparams) -> metrics``, the evaluation at the current policy.
     """
@@ -100,10 +103,13 @@ class Engine(EngineRuns):
     network: Any
     agent_network: AgentNetwork
     objective: Objective
+    credit: credit_lib.CreditTransform
     estimator: Estimator
     relabeller: Optional[Relabeller]
     redistributor: Optional[Redistributor]
     ground_truth: Optional[gt_lib.GroundTruth]
+    policy_logits: Callable[[Any, Array], Array]
+    target_logits: Callable[[Any, Array], Array]
     init: Callable[[Array], TrainState]
     collect: Callable[[TrainState, Hparams, Array], Window]
     assign_credit: Callable[..., tuple[Trajectory, Credit, TrainState, Metrics]]
@@ -135,18 +141,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     normalize_env = law.continuous if config.normalize_env is None else config.normalize_env
     stages = make_stages(config, env, env_params, law)
     objective, estimator = stages.objective, stages.estimator
-    relabeller, redistributor = stages.relabeller, stages.redistributor
     episodic = estimator.episode_windows or config.group_size > 1
-    exact_redistributor = redistributor.exact_model if redistributor is not None else None
-    ground_truth = gt_lib.make_ground_truth(env, env_params,
-                                            (estimator.exact_model, exact_redistributor))
-    # What evaluation and the redistribution diagnostics may read: the ground truth, or under
-    # DelayedReward the inner environment's (same J(π), same Q of the undelayed reward), which
-    # the credit stages may not read (the oracles need the delayed process's own MDP).
-    reference, reference_index = ground_truth, (env.state_index if ground_truth else None)
-    if ground_truth is None and gt_lib.has_undelayed_truth(env):
-        reference = gt_lib.make_ground_truth(env.undelayed, env_params, (exact_redistributor,))
-        reference_index = lambda s: env.undelayed.state_index(s.env_state)  # noqa: E731
     obs_shape = tuple(env.observation_space(env_params).shape)
     agent_net = make_agent_network(config.policy, law, config.hidden_sizes, config.activation,
                                    max(len(obs_shape), 1), config.policy_epsilon, obs_shape,
@@ -154,21 +149,37 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     network = agent_net.module
     # A policy table π[s, a] (the oracles, exact returns, credit errors) needs a memoryless policy.
     exact_policy = not agent_net.recurrent
+    exact_redistributor = (stages.redistributor.exact_model
+                           if stages.redistributor is not None else None)
     if not exact_policy and (estimator.is_oracle or exact_redistributor):
         raise ValueError(f"--policy {config.policy} has no policy table π[s, a] for the exact "
                          "models (model=oracle); use --policy mlp or a fitted model")
-    twin = exact_twin(estimator, ground_truth, config) if exact_policy else None
+    # Everything between acting and optimising: relabel, redistribute, fit, assign, oracles.
+    credit = credit_lib.pipeline(
+        estimator, relabel=stages.relabeller, redistribute=stages.redistributor, env=env,
+        env_params=env_params, fit=config.estimator.fit, redistribute_fit=config.redistribute.fit,
+        burn_in=config.burn_in_updates, pretrain_steps=config.estimator.pretrain_steps,
+        assign_before_fit=config.estimator.assign_before_fit, num_updates=config.num_updates,
+        episodic=episodic, tabular_policy=exact_policy,
+        diagnostics=bool(config.evaluation.every), where=repr(config.env))
+    # What evaluation may read: the ground truth, or under DelayedReward the inner
+    # environment's (same J(π)), which the credit stages may not read.
+    reference, state_index = credit.exact.reference, credit.exact.state_index
     record_agent_state = reads_agent_state(stages)  # make_stages checked there is one
-    burn_in, pretrain_steps = config.burn_in_updates, config.estimator.pretrain_steps
-    if exact_redistributor and reference is None:
-        raise ValueError(f"redistribute stage {config.redistribute.name!r} with model=oracle "
-                         f"needs an environment with exact ground truth; {config.env!r} has none")
+    frozen_updates = config.burn_in_updates + config.model_warmup_updates
     T, N = config.num_steps, config.num_envs
     M, E = config.num_minibatches, config.update_epochs
-    state_index = reference_index
     success = success_fn(env)
     eval_steps = config.evaluation.max_steps or int(
         getattr(env_params, "max_steps_in_episode", 0) or DEFAULT_EVAL_MAX_STEPS)
+
+    def policy_logits(agent_params, obs):
+        """The behaviour policy's logits (with its exploration mixture): what the data follow."""
+        return network.apply(agent_params, obs, method=ActorCritic.policy)
+
+    def target_logits(agent_params, obs):
+        """The target policy's logits: what evaluation plays."""
+        return network.apply(agent_params, obs, method=ActorCritic.target_policy)
 
     def example_trajectory(obs_dtype) -> Trajectory:
         return example_window(
@@ -178,27 +189,16 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
             read_shape=agent_net.read_shape if record_agent_state else None)
 
     def init(key: Array) -> TrainState:
-        net_key, est_key, rd_key, env_key, run_key, eval_key = jax.random.split(key, 6)
+        keys = jax.random.split(key, 6)  # network, estimator, redistributor, envs, run, eval
+        net_key, env_key, run_key, eval_key = keys[0], keys[3], keys[4], keys[5]
         runner = reset_runner(env, env_params, env_key, N, agent_net.initial_memory(N)).replace(
             normalizer=make_normalizer(obs_shape, N, normalize_env, normalize_env))
         agent_params = agent_net.init(net_key, runner.obs)
         example = example_trajectory(jnp.float32 if normalize_env else runner.obs.dtype)
-        est_params = {} if estimator.is_oracle else estimator.init(est_key, example)
-        rd_params = redistributor.init(rd_key, example) if redistributor else {}
-        rd_memory = (redistributor.init_memory(example)
-                     if redistributor is not None and redistributor.init_memory else None)
-        est_state = (init_fit_state(est_params, example, config.estimator.fit)
-                     if estimator.learned else FitState(est_params, {}))
-        if pretrain_steps:
-            est_state = est_state.replace(pretrain_buffer=jax.tree.map(
-                lambda x: jnp.zeros((burn_in,) + x.shape, x.dtype), example))
         state = TrainState(
             agent=AgentState(agent_params,
                              optax.scale_by_adam(eps=config.adam_eps).init(agent_params)),
-            estimator=est_state,
-            redistributor=(init_fit_state(rd_params, example, config.redistribute.fit)
-                           if redistributor is not None and redistributor.learned
-                           else FitState(rd_params, {})).replace(memory=rd_memory),
+            credit=credit.init(keys[1:3], example),
             runner=runner, key=run_key, eval_key=eval_key, update=jnp.zeros((), jnp.int32),
             meta=meta_lib.init_meta_state(config.meta_gradient))
         # Strong dtypes everywhere (gymnax states hold weakly typed Python scalars): a restored
@@ -217,7 +217,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         return traj.replace(value=value, next_value=next_value)
 
     def collect(state: TrainState, hparams: Hparams, key: Array) -> Window:
-        act_key, relabel_key = jax.random.split(key)
+        act_key, _ = jax.random.split(key)  # (the second key was the relabel stage's)
 
         def policy(memory, obs, first):
             return agent_net.act(state.agent.params, memory, obs, first)
@@ -234,114 +234,34 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         start = runner
         runner, traj, episodes = rollout(env, env_params, policy, runner, act_key, T,
                                          state_index, success, law, hparams.gamma)
-        if relabeller is not None:
-            traj = relabeller.relabel(traj, relabel_key)
         first = first_steps(start.first, traj.done)
         traj = with_values(state.agent.params, traj, start.memory, first)
         return Window(trajectory=traj, runner=runner, episodes=episodes, memory=start.memory,
                       first=first)
 
+    def credit_context(state: TrainState, window: Optional[Window] = None):
+        """What the credit transform reads of the agent: its policy, and its critic for a
+        relabelled window."""
+        values = None
+        if window is not None:
+            values = lambda t: with_values(state.agent.params, t, window.memory,  # noqa: E731
+                                           window.first)
+        return credit_lib.Context(policy_params=state.agent.params,
+                                  policy_logits=policy_logits if exact_policy else None,
+                                  values=values)
+
     def lr_scale(state: TrainState, anneal: bool):
         return 1.0 - state.update.astype(jnp.float32) / config.num_updates if anneal else 1.0
 
-    def behaviour_table(state: TrainState) -> Array:
-        """π[s, a] of the acting policy on the reference MDP. Built once per update (or
-        evaluation) and handed to every stage that reads it: with ground truth for the credit
-        stages, ``reference`` is ``ground_truth`` (under DelayedReward the credit stages get
-        none), so the oracle estimator and an exact redistributor share one table."""
-        return gt_lib.policy_table(network, state.agent.params, reference.mdp())
-
-    def exact_params(pi: Array, hparams: Hparams, kind: str):
-        return gt_lib.exact_model_params(kind, ground_truth, ground_truth.mdp(), pi,
-                                         hparams.gamma)
-
-    def fit_estimator(state: TrainState, est_state: FitState, traj: Trajectory,
-                      hparams: Hparams, key: Array) -> tuple[FitState, Metrics]:
-        """The estimator's fit of this update; with a burn-in, none before it ends, and with
-        pretraining, the burn-in windows kept and the pretrained part fitted once when it
-        ends, then frozen."""
-        pretrain_key, fit_key = jax.random.split(key)
-        frozen = None
-        if pretrain_steps:
-            # One window written per burn-in update (after it, the same window rewritten).
-            index = jnp.minimum(state.update, burn_in - 1)
-            kept = jax.tree.map(
-                lambda b, x: b.at[index].set(jnp.where(state.update < burn_in, x, b[index])),
-                est_state.pretrain_buffer, traj)
-            est_state = est_state.replace(pretrain_buffer=kept)
-            est_state = pretrain(estimator.pretrain_loss, est_state, hparams,
-                                 hparams.estimator_lr, hparams.estimator_max_grad_norm,
-                                 pretrain_key, pretrain_steps,
-                                 estimator.pretrained(est_state.params),
-                                 when=state.update == burn_in, prepare=estimator.pretrain_data)
-            frozen = estimator.pretrained(est_state.params)
-        fitted, fit_metrics = fit(
-            estimator.loss, est_state, traj, hparams,
-            hparams.estimator_lr * lr_scale(state, config.estimator.anneal_lr),
-            hparams.estimator_max_grad_norm, fit_key, config.estimator.fit,
-            weight_decay=hparams.estimator_weight_decay, frozen=frozen)
-        if not burn_in:
-            return fitted, fit_metrics
-        active = state.update >= burn_in
-        fitted = jax.tree.map(lambda new, old: jnp.where(active, new, old), fitted, est_state)
-        return fitted, {k: jnp.where(active, v, jnp.nan) for k, v in fit_metrics.items()}
-
-    def redistribute(rd_state: FitState, traj: Trajectory, key: Array, pi: Optional[Array]):
-        """The redistribute stage on ``traj`` with the current model (the exact one reads
-        ``pi``, the behaviour table): ``(new trajectory, stage state with its memory, metrics)``."""
-        rd_params = rd_state.params
-        if exact_redistributor:
-            rd_params = gt_lib.exact_model_params(exact_redistributor, reference,
-                                                  reference.mdp(), pi, 1.0)
-        traj, memory, rd_metrics = redistributor.redistribute(rd_params, traj, key,
-                                                              rd_state.memory)
-        return traj, rd_state.replace(memory=memory), rd_metrics
-
     def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
-        traj, credit, state, metrics, _ = credit_step(state, traj, hparams, key)
-        return traj, credit, state, metrics
+        new, traj, credit_state, metrics = credit.update(state.credit, traj, key, hparams,
+                                                         credit_context(state))
+        return traj, new, state.replace(credit=credit_state), metrics
 
-    def credit_step(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
-        """:func:`assign_credit`, also returning the estimator parameters the credit used."""
-        rd_fit_key, rd_key, est_fit_key, est_key = jax.random.split(key, 4)
-        metrics = {}
-        rd_state, est_state = state.redistributor, state.estimator
-        pi = (behaviour_table(state) if estimator.is_oracle or exact_redistributor else None)
-        if redistributor is not None:
-            if redistributor.learned:
-                sample = (None if redistributor.sample is None
-                          else lambda k: redistributor.sample(rd_state.memory, k))
-                fitted, fit_metrics = fit(
-                    redistributor.loss, rd_state, traj, hparams,
-                    hparams.redistributor_lr * lr_scale(state, config.redistribute.anneal_lr),
-                    hparams.redistributor_max_grad_norm, rd_fit_key, config.redistribute.fit,
-                    sample, hparams.redistributor_weight_decay)
-                rd_state = fitted if not burn_in else jax.tree.map(
-                    lambda new, old: jnp.where(state.update >= burn_in, new, old), fitted,
-                    rd_state)
-                metrics.update({f"redistribute/{k}": v for k, v in fit_metrics.items()})
-            traj, rd_state, rd_metrics = redistribute(rd_state, traj, rd_key, pi)
-            metrics.update({f"redistribute/{k}": v for k, v in rd_metrics.items()})
-        if estimator.is_oracle:
-            params = exact_params(pi, hparams, estimator.exact_model)
-        else:
-            params = est_state.params
-            if estimator.learned:
-                est_state, fit_metrics = fit_estimator(state, est_state, traj, hparams,
-                                                       est_fit_key)
-                metrics.update({f"estimator/{k}": v for k, v in fit_metrics.items()})
-            if not config.estimator.assign_before_fit:
-                params = est_state.params
-        credit = jax.lax.stop_gradient(estimator.assign(params, traj, hparams, est_key))
-        if estimator.update is not None:
-            est_state = est_state.replace(params=estimator.update(params, traj, hparams))
-        state = state.replace(estimator=est_state, redistributor=rd_state)
-        return traj, credit, state, metrics, params
-
-    def agent_loss(agent_params, traj: Trajectory, credit: Credit, hparams: Hparams):
+    def agent_loss(agent_params, traj: Trajectory, assigned: Credit, hparams: Hparams):
         """The objective's loss on a window's transitions (memoryless agents: the meta-step)."""
-        batch, credit = flatten_steps(objective_batch(traj, credit))
-        return minibatch_loss(agent_net, objective, agent_params, batch, credit, hparams)[0]
+        batch, assigned = flatten_steps(objective_batch(traj, assigned))
+        return minibatch_loss(agent_net, objective, agent_params, batch, assigned, hparams)[0]
 
     def meta_step(state: TrainState, traj: Trajectory, est_params, hparams: Hparams,
                   key: Array):
@@ -349,7 +269,7 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         lr = hparams.lr * lr_scale(state, config.anneal_lr)
         meta, value = meta_lib.one_step(
             state.meta, state.agent.params, *meta_lib.split_columns(traj, N), hparams,
-            assign=lambda window, hp: estimator.assign(est_params, window, hp, key),
+            assign=lambda window, hp: credit.assign(est_params, window, hp, key),
             loss=agent_loss,
             step=lambda params, grads: adam_step(
                 params, state.agent.opt_state, grads, lr, hparams.max_grad_norm,
@@ -362,25 +282,26 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         meta_hparams = hparams
         if config.meta_gradient:  # γ and λ as the meta-gradient has adapted them so far
             meta_hparams = meta_lib.adapted(hparams, state.meta.offsets)
-        traj, credit, state, credit_metrics, est_params = credit_step(
-            state, window.trajectory, meta_hparams, credit_key)
+        context = credit_context(state, window)
+        assigned, traj, credit_state, credit_metrics = credit.update(
+            state.credit, window.trajectory, credit_key, meta_hparams, context)
         agent, metrics = optimise(
-            agent_net, objective, state.agent, traj, credit, window.memory, window.first,
+            agent_net, objective, state.agent, traj, assigned, window.memory, window.first,
             opt_key, meta_hparams, meta_hparams.lr * lr_scale(state, config.anneal_lr), E, M,
             config.adam_eps)
         meta = state.meta
         if config.meta_gradient:
+            est_params = credit.credit_params(state.credit, credit_state, meta_hparams, context)
             meta, meta_metrics = meta_step(state, traj, est_params, hparams,
                                            jax.random.fold_in(credit_key, 1))
             metrics.update(meta_metrics, **{
                 f"meta/{name}": getattr(meta_hparams, field)
                 for name, field in meta_lib.META_PARAMETERS.items()
                 if name in config.meta_gradient})
-        frozen = burn_in + config.model_warmup_updates
-        if frozen:  # burn-in updates only act; warm-up updates also fit the models
+        if frozen_updates:  # burn-in updates only act; warm-up updates also fit the models
             agent, meta = jax.tree.map(
-                lambda new, old: jnp.where(state.update >= frozen, new, old), (agent, meta),
-                (state.agent, state.meta))
+                lambda new, old: jnp.where(state.update >= frozen_updates, new, old),
+                (agent, meta), (state.agent, state.meta))
         count = window.episodes.count
         metrics.update({
             "episode_return": jnp.where(count > 0, window.episodes.return_sum / count, jnp.nan),
@@ -393,58 +314,15 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                 count > 0, window.episodes.success_count / count, jnp.nan)
         if config.critic:
             metrics["explained_variance"] = losses.explained_variance(
-                traj.value, credit.value_target)
-        metrics.update({f"credit/{k}": v for k, v in credit.diagnostics.items()})
-        if traj.extras is not None and "label" in traj.extras:
-            metrics.update({f"credit/{k}": v for k, v in step_label_scores(
-                traj, credit.advantage, episodic).items()})
-        state = state.replace(agent=agent, runner=window.runner, key=key,
+                traj.value, assigned.value_target)
+        state = state.replace(agent=agent, credit=credit_state, runner=window.runner, key=key,
                               update=state.update + 1, meta=meta)
         return state, metrics
 
-    def credit_error_metrics(state: TrainState, traj: Trajectory, hparams: Hparams, exact,
-                             pi: Array, key: Array) -> Metrics:
-        """The fitted model's credit on ``traj`` against its exact twin's, same window and key
-        (``jaxcredit.agents.credit_error``); ``pi`` is the behaviour table."""
-        params = state.agent.params
-        fitted = estimator.assign(state.estimator.params, traj, hparams, key).advantage
-        oracle = twin.assign(exact, traj, hparams, key).advantage
-        mdp = ground_truth.mdp()
-        decisive = credit_error.decisive_states(tabular.advantages(mdp, pi, hparams.gamma),
-                                                mdp.reward)
-        metrics = credit_error.credit_error(fitted, oracle, traj.action, decisive[traj.state])
-        if (gt_lib.exact_model(estimator.exact_model).linear_in_reward
-                and ground_truth.reward_values is not None):
-            metrics.update(credit_error.reward_value_errors(
-                lambda w: estimator.assign(state.estimator.params, w, hparams, key).advantage,
-                lambda w: twin.assign(exact, w, hparams, key).advantage, traj,
-                ground_truth.reward_values[0], decisive[traj.state]))
-
-        def estimated_gradient(advantage):
-            return jax.grad(lambda p: credit_error.policy_surrogate(
-                network.apply(p, traj.obs, method=ActorCritic.policy), traj.action,
-                advantage))(params)
-
-        exact_gradient = jax.grad(lambda p: gt_lib.exact_return(
-            ground_truth, mdp, gt_lib.policy_table(network, p, mdp)))(params)
-        g_fitted, g_oracle = estimated_gradient(fitted), estimated_gradient(oracle)
-        metrics["grad_cos_fitted"] = credit_error.tree_cosine(g_fitted, exact_gradient)
-        metrics["grad_cos_oracle"] = credit_error.tree_cosine(g_oracle, exact_gradient)
-        metrics["grad_cos_to_oracle"] = credit_error.tree_cosine(g_fitted, g_oracle)
-        metrics["grad_norm_ratio"] = optax.global_norm(g_fitted) / optax.global_norm(g_oracle)
-        unit = optax.global_norm(exact_gradient)
-        metrics["grad_ascent_fitted"] = credit_error.tree_dot(g_fitted, exact_gradient) / unit
-        metrics["grad_ascent_oracle"] = credit_error.tree_dot(g_oracle, exact_gradient) / unit
-        if estimator.credit_ratio is not None and twin.credit_ratio is not None:
-            # ρ = π/h at the actions taken: divided (hca_return) or learned (hca_dice).
-            error = (estimator.credit_ratio(state.estimator.params, traj, hparams)
-                     - twin.credit_ratio(exact, traj, hparams))
-            metrics["ratio_rmse_to_exact"] = jnp.sqrt(jnp.mean(error ** 2))
-        return metrics
-
     def evaluate(state: TrainState, hparams: Hparams) -> Metrics:
         key = jax.random.fold_in(state.eval_key, state.update)
-        play_key, window_key, pair_key, credit_key, rd_key = jax.random.split(key, 5)
+        keys = jax.random.split(key, 5)  # play, window, then the credit read-outs' three
+        play_key, window_key = keys[0], keys[1]
 
         def policy(memory, obs, first):  # the target policy: no exploration mixture
             if state.runner.normalizer is not None:  # the training statistics, frozen
@@ -457,41 +335,21 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         metrics = {f"eval/{k}": v for k, v in played.items()}
         if reference is not None and exact_policy:
             mdp = reference.mdp()
-            pi = gt_lib.policy_table(network, state.agent.params, mdp, behaviour=False)
+            pi = gt_lib.policy_table(target_logits, state.agent.params, mdp)
             metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
             metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
-        # The diagnostics against exact models run here, at evaluation points only, on a
-        # held-out window of the current policy (not used for training): the stages as they
-        # will treat the next update's window.
-        traj = None
-        if estimator.diagnose is not None:  # an exact law without tabular ground truth
+        # The credit's read-outs against exact models, at evaluation points only, on a held-out
+        # window of the current policy (not used for training).
+        if credit.diagnoses:
             traj = collect(state, hparams, window_key).trajectory
-            metrics.update({f"credit/{k}": v for k, v in estimator.diagnose(
-                state.estimator.params, traj, hparams).items()})
-        if reference is None or not exact_policy or (twin is None and redistributor is None):
-            return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
-        if traj is None:
-            traj = collect(state, hparams, window_key).trajectory
-        behaviour = behaviour_table(state)
-        if redistributor is not None:
-            new, _, _ = redistribute(state.redistributor, traj, rd_key, behaviour)
-            metrics.update({f"redistribute/{k}": v for k, v in gt_lib.redistribution_quality(
-                reference.mdp(), behaviour, hparams.gamma, traj.state, traj.action,
-                new.reward).items()})
-        if twin is not None:
-            exact = exact_params(behaviour, hparams, estimator.exact_model)
-            if estimator.hindsight is not None:
-                log_h, weight = estimator.hindsight(state.estimator.params, traj, hparams,
-                                                    pair_key)
-                log_exact, _ = twin.hindsight(exact, traj, hparams, pair_key)
-                metrics["estimator/kl_to_exact"] = gt_lib.kl_divergence(log_exact, log_h, weight)
-            metrics.update({f"credit/{k}": v for k, v in credit_error_metrics(
-                state, traj, hparams, exact, behaviour, credit_key).items()})
+            metrics.update(credit.diagnose(state.credit, traj, hparams,
+                                           keys[2:], credit_context(state)))
         return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
     return Engine(config=config, env=env, env_params=env_params, network=network,
-                  agent_network=agent_net,
-                  objective=objective, estimator=estimator, relabeller=relabeller,
-                  redistributor=redistributor, ground_truth=ground_truth, init=init,
+                  agent_network=agent_net, objective=objective, credit=credit,
+                  estimator=estimator, relabeller=stages.relabeller,
+                  redistributor=stages.redistributor, ground_truth=credit.exact.ground_truth,
+                  policy_logits=policy_logits, target_logits=target_logits, init=init,
                   collect=collect, assign_credit=assign_credit, update_step=update_step,
                   evaluate=evaluate)

@@ -27,7 +27,6 @@ import jax.numpy as jnp
 from jaxcredit.exact import tabular
 from jaxcredit.exact.models import exact_model, reward_value_law  # noqa: F401 (re-exported)
 from jaxcredit.exact.tabular import has_ground_truth
-from jaxcredit.networks import ActorCritic
 
 Array = jax.Array
 
@@ -96,14 +95,13 @@ def exact_unavailable(kind: str, gt: GroundTruth, gamma: Any = None,
     return ""
 
 
-def policy_table(network: ActorCritic, agent_params: Any, mdp: tabular.TabularMDP,
-                 behaviour: bool = True) -> Array:
-    """π[s, a] = softmax(f_θ(o(s)))[a] for every state of the tabular MDP: the behaviour policy
-    (with the network's exploration mixture, what the data and the exact credit models follow),
-    or with ``behaviour=False`` the target policy that evaluation plays."""
-    method = ActorCritic.policy if behaviour else ActorCritic.target_policy
-    logits = network.apply(agent_params, mdp.observation, method=method)
-    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+def policy_table(logits: Callable[[Any, Array], Array], params: Any, mdp: tabular.TabularMDP
+                 ) -> Array:
+    """π[s, a] = softmax(logits(params, o(s)))[a] for every state of the tabular MDP, where
+    ``logits(params, obs [..., O]) -> [..., A]`` is the policy (the agent's behaviour policy, with
+    its exploration mixture, for what the data and the exact credit models follow; its target
+    policy for what evaluation plays)."""
+    return jax.nn.softmax(logits(params, mdp.observation).astype(jnp.float32), axis=-1)
 
 
 def exact_return(gt: GroundTruth, mdp: tabular.TabularMDP, pi: Array) -> Array:

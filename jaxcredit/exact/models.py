@@ -41,7 +41,7 @@ class ExactModel:
         error) where the kind cannot be computed on that environment.
       undiscounted_only: exact only for γ = 1 (an oracle at another γ is refused).
       linear_in_reward: the credit built on it is linear in the later rewards, so its error
-        splits by reward value (``agents.credit_error.reward_value_errors``).
+        splits by reward value (``credit.error.reward_value_errors``).
     """
 
     params: Callable[[Any, tabular.TabularMDP, Array, Array], Any]

@@ -92,7 +92,7 @@ def aggregate_table(scores: dict, baseline: str | None = None, digits: int = 3
     return lines, agg
 
 
-# The fitted model's credit against its exact twin's (jaxcredit.agents.credit_error), with the
+# The fitted model's credit against its exact twin's (jaxcredit.credit.error), with the
 # titles the experiment tables give them.
 CREDIT_ERROR_METRICS = {
     "estimator/kl_to_exact": "KL(exact ‖ fitted hindsight model)",
@@ -106,7 +106,7 @@ CREDIT_ERROR_METRICS = {
     "credit/grad_cos_oracle": "cos(policy gradient of the exact model's credit, exact ∇J), "
                               "same windows",
     # The decisive steps' credit error split by the reward value that carries it
-    # (agents.credit_error.reward_value_errors; the environment's values in its own order).
+    # (credit.error.reward_value_errors; the environment's values in its own order).
     **{f"credit/rmse_decisive_reward{i}": f"credit RMSE at the decisive steps carried by the "
                                           f"rewards of value {i}" for i in range(8)},
 }

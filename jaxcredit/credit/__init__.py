@@ -1,0 +1,32 @@
+"""Credit as a library: the credit pipeline as a transform any training loop calls.
+
+::
+
+    import jaxcredit.credit as jc
+
+    transform = jc.make("gae")                                   # or "hca_return", model="oracle"
+    state = transform.init(key, example_trajectory)
+    credit, trajectory, state, metrics = transform.update(state, trajectory, key, hparams,
+                                                          jc.Context(policy_logits, params))
+
+* :mod:`jaxcredit.credit.transform`: :class:`CreditTransform`, :class:`CreditState`,
+  :class:`Context`, :func:`pipeline` (a transform from stages);
+* :mod:`jaxcredit.credit.named`: :func:`make` (a transform by name, from the registries);
+* :mod:`jaxcredit.credit.exact`: :class:`ExactCredit`, the exact models of the current policy;
+* :mod:`jaxcredit.credit.error`: the credit error of fitted against exact credit, a function any
+  loop can call (:func:`credit_error`);
+* :mod:`jaxcredit.credit.scores`: the credit's sign against an environment's step labels.
+"""
+
+from jaxcredit.credit.error import credit_error, decisive_states
+from jaxcredit.credit.exact import ExactCredit, make_exact_credit
+from jaxcredit.credit.named import make, stage_context
+from jaxcredit.credit.scores import step_label_scores
+from jaxcredit.credit.transform import (Context, CreditHparams, CreditState, CreditTransform,
+                                        pipeline)
+
+__all__ = [
+    "Context", "CreditHparams", "CreditState", "CreditTransform", "ExactCredit", "credit_error",
+    "decisive_states", "make", "make_exact_credit", "pipeline", "stage_context",
+    "step_label_scores",
+]
