@@ -15,18 +15,20 @@
 * :mod:`jaxcredit.credit.exact`: :class:`ExactCredit`, the exact models of the current policy;
 * :mod:`jaxcredit.credit.error`: the credit error of fitted against exact credit, a function any
   loop can call (:func:`credit_error`);
-* :mod:`jaxcredit.credit.scores`: the credit's sign against an environment's step labels.
+* :mod:`jaxcredit.credit.scores`: the credit's sign against an environment's step labels;
+* :mod:`jaxcredit.credit.trajectory`: :func:`trajectory`, the window from a loop's arrays.
 """
 
 from jaxcredit.credit.error import credit_error, decisive_states
 from jaxcredit.credit.exact import ExactCredit, make_exact_credit
 from jaxcredit.credit.named import make, stage_context
 from jaxcredit.credit.scores import step_label_scores
+from jaxcredit.credit.trajectory import trajectory
 from jaxcredit.credit.transform import (Context, CreditHparams, CreditState, CreditTransform,
                                         pipeline)
 
 __all__ = [
     "Context", "CreditHparams", "CreditState", "CreditTransform", "ExactCredit", "credit_error",
     "decisive_states", "make", "make_exact_credit", "pipeline", "stage_context",
-    "step_label_scores",
+    "step_label_scores", "trajectory",
 ]

@@ -55,6 +55,13 @@ class ExactCredit:
         """The exact model ``kind`` an exact redistributor reads, at γ = 1, on the reference."""
         return gt_lib.exact_model_params(kind, self.reference, self.reference.mdp(), pi, 1.0)
 
+    def index(self, env_states: Any) -> Array:
+        """The tabular index of each state of a ``[T, N]`` window of gymnax states (what
+        ``Trajectory.state`` holds for the oracles and the credit error)."""
+        if self.state_index is None:
+            raise ValueError("this environment has no tabular MDP to index its states in")
+        return jax.vmap(jax.vmap(self.state_index))(env_states)
+
     def unavailable(self, kind: str, where: str) -> str:
         """Why the exact model ``kind`` cannot be computed here ("" if it can)."""
         if self.ground_truth is None:

@@ -1,0 +1,59 @@
+"""A :class:`~jaxcredit.types.Trajectory` from the arrays a gymnax training loop already has.
+
+Which transforms read which field (docs/credit.md has the table): every estimator reads
+``reward``, ``terminated``, ``truncated``; the critic-based ones (GAE, TD(λ), the hindsight
+estimators' baselines) ``value`` and ``next_value``; the all-action and hindsight estimators
+``logits`` (π(·|s_t)) and ``log_prob``; learned models ``obs`` and ``action``; relabelling and the
+return-decomposition models ``next_obs``; the oracles and the credit error ``state`` (the tabular
+index of s_t); step-label scores ``extras["label"]``; memory-reading stages ``agent_state``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from jaxcredit.types import Trajectory
+
+Array = jax.Array
+
+
+def trajectory(obs: Array, action: Array, reward: Array, terminated: Array, *, logits: Array,
+               truncated: Optional[Array] = None, value: Optional[Array] = None,
+               next_value: Optional[Array] = None, log_prob: Optional[Array] = None,
+               next_obs: Optional[Array] = None, state: Optional[Array] = None,
+               extras: Optional[dict] = None) -> Trajectory:
+    """The window ``[T, N]`` of a loop's rollout as the credit transforms read it.
+
+    Args:
+      obs: ``[T, N, *obs_shape]`` s_t.
+      action: ``[T, N]`` integer a_t (``[T, N, D]`` float for continuous actions).
+      reward: ``[T, N]`` r_t of s_t → s_{t+1}.
+      terminated: ``[T, N]`` bool, a true terminal state at t (no bootstrap); gymnax's ``done``
+        where the environment has no time limit of its own.
+      logits: ``[T, N, A]`` the behaviour policy's logits at s_t.
+      truncated: ``[T, N]`` bool, a time-out at t (bootstrap from ``next_value``); default none.
+      value, next_value: ``[T, N]`` V(s_t) and V(s'_{t+1}) of the critic; default 0 (no critic:
+        REINFORCE-like credit).
+      log_prob: ``[T, N]`` log π(a_t|s_t); default from ``logits`` (categorical).
+      next_obs: ``[T, N, *obs_shape]`` s'_{t+1} (``info["final_observation"]`` where an
+        episode ended), for the stages that read it.
+      state: ``[T, N]`` int32 tabular index of s_t, for the oracles and the credit error:
+        ``transform.exact.index(env_states)``.
+      extras: per-step ground truth of the environment (``label``), else None.
+    """
+    reward = jnp.asarray(reward, jnp.float32)
+    zeros = jnp.zeros_like(reward)
+    if log_prob is None:
+        log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[..., None],
+                                       axis=-1)[..., 0]
+    return Trajectory(
+        obs=obs, action=action, reward=reward, terminated=jnp.asarray(terminated, bool),
+        truncated=(jnp.zeros_like(reward, bool) if truncated is None
+                   else jnp.asarray(truncated, bool)),
+        value=zeros if value is None else value,
+        next_value=zeros if next_value is None else next_value,
+        log_prob=log_prob, logits=logits, next_obs=next_obs, state=state, extras=extras)
+
