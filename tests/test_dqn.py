@@ -13,7 +13,7 @@ from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.agents.dqn import epsilon_at, epsilon_greedy_logits
 from jaxcredit.agents.host_loop import RunSpec, run_experiment
 from jaxcredit.agents.replay import Step, make_replay
-from jaxcredit.estimators import q_learning
+from jaxcredit.estimators import q_targets
 
 
 def reference_targets(reward, terminated, truncated, q_target_next, q_online_next, gamma, n,
@@ -44,11 +44,11 @@ def reference_targets(reward, terminated, truncated, q_target_next, q_online_nex
 def test_q_learning_bootstraps_by_hand():
     q_target = jnp.array([[1.0, 3.0, 2.0]])
     q_online = jnp.array([[0.0, 0.0, 5.0]])
-    assert float(q_learning.q_learning_bootstrap(q_target)[0]) == 3.0
+    assert float(q_targets.q_learning_bootstrap(q_target)[0]) == 3.0
     # Double Q: the online network picks action 2, the target network values it.
-    assert float(q_learning.double_q_learning_bootstrap(q_target, q_online)[0]) == 2.0
+    assert float(q_targets.double_q_learning_bootstrap(q_target, q_online)[0]) == 2.0
     # One step: r + γ (1 − terminated) v'.
-    y = q_learning.n_step_q_targets(jnp.array([1.0, 1.0]), jnp.array([False, True]),
+    y = q_targets.n_step_q_targets(jnp.array([1.0, 1.0]), jnp.array([False, True]),
                                     jnp.array([False, False]), jnp.array([10.0, 10.0]), 0.5, 1)
     np.testing.assert_allclose(np.asarray(y), [6.0, 1.0])
 
@@ -62,11 +62,11 @@ def test_n_step_targets_match_a_float64_loop(n, double):
     ends = rng.random((T, B))
     terminated, truncated = ends < 0.15, (ends >= 0.15) & (ends < 0.3)  # both kinds of end
     q_target_next, q_online_next = rng.normal(size=(T, B, A)), rng.normal(size=(T, B, A))
-    boot = (q_learning.double_q_learning_bootstrap(jnp.asarray(q_target_next, jnp.float32),
+    boot = (q_targets.double_q_learning_bootstrap(jnp.asarray(q_target_next, jnp.float32),
                                                    jnp.asarray(q_online_next, jnp.float32))
-            if double else q_learning.q_learning_bootstrap(jnp.asarray(q_target_next,
+            if double else q_targets.q_learning_bootstrap(jnp.asarray(q_target_next,
                                                                        jnp.float32)))
-    got = q_learning.n_step_q_targets(jnp.asarray(reward, jnp.float32), jnp.asarray(terminated),
+    got = q_targets.n_step_q_targets(jnp.asarray(reward, jnp.float32), jnp.asarray(terminated),
                                       jnp.asarray(truncated), boot, 0.9, n)
     want = reference_targets(reward, terminated, truncated, q_target_next, q_online_next, 0.9, n,
                              double)

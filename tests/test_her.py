@@ -182,7 +182,7 @@ def test_relabelling_only_the_trained_rows_equals_relabelling_the_window():
 def test_the_engine_trains_on_the_relabelled_rows_it_says():
     # `episode` (anchor = horizon − 1) with 2-step targets: engine.learn's loss equals the loss
     # rebuilt from the whole sampled window, relabelled, cut to rows anchor .. anchor + 1.
-    from jaxcredit.estimators import q_learning
+    from jaxcredit.estimators import q_targets
 
     config = TrainConfig.from_flat(algo="dqn", env="BitFlip", env_options=(("n", 3),),
                                    relabel="her",
@@ -202,9 +202,9 @@ def test_the_engine_trains_on_the_relabelled_rows_it_says():
     window = engine.replay.sample(state.replay, sample_key)
     rows = jax.tree.map(lambda x: x[2:4], engine.relabeller.relabel(window, relabel_key))
     apply = engine.network.apply
-    bootstrap = q_learning.double_q_learning_bootstrap(apply(state.target_params, rows.next_obs),
+    bootstrap = q_targets.double_q_learning_bootstrap(apply(state.target_params, rows.next_obs),
                                                        apply(state.agent.params, rows.next_obs))
-    target = q_learning.n_step_q_targets(rows.reward, rows.terminated, rows.truncated, bootstrap,
+    target = q_targets.n_step_q_targets(rows.reward, rows.terminated, rows.truncated, bootstrap,
                                          hp.gamma, 2)[0]
     q = jnp.take_along_axis(apply(state.agent.params, rows.obs[0]), rows.action[0][:, None],
                             axis=-1)[:, 0]

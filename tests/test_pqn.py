@@ -11,7 +11,7 @@ import pytest
 import rlax
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
-from jaxcredit.estimators.q_learning import peng_q_lambda_targets
+from jaxcredit.estimators.q_targets import peng_q_lambda_targets
 from jaxcredit.networks import QNetwork
 from jaxcredit.presets import PQN_HPARAMS, learner_fields
 

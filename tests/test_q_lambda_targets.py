@@ -18,7 +18,7 @@ import pytest
 
 from jaxcredit.agents import Hparams, TrainConfig, make_engine
 from jaxcredit.agents.replay import Step
-from jaxcredit.estimators import q_learning
+from jaxcredit.estimators import q_targets
 
 GAMMA, LAMBDA = 0.9, 0.5
 
@@ -75,7 +75,7 @@ def _inputs(dtype=jnp.float32):
 
 def test_peng_q_lambda_by_hand():
     reward, terminated, truncated, q_next = _inputs()
-    got = q_learning.peng_q_lambda_targets(reward, terminated, truncated, q_next, GAMMA, LAMBDA)
+    got = q_targets.peng_q_lambda_targets(reward, terminated, truncated, q_next, GAMMA, LAMBDA)
     assert got.shape == (3, 5) and got.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(got), EXPECTED, rtol=1e-6)
 
@@ -85,7 +85,7 @@ def test_peng_q_lambda_by_hand_jitted_with_traced_gamma_and_lambda():
     inputs kept at float64 (exact to rounding)."""
     with jax.enable_x64(True):
         reward, terminated, truncated, q_next = _inputs(jnp.float64)
-        got = jax.jit(q_learning.peng_q_lambda_targets)(reward, terminated, truncated, q_next,
+        got = jax.jit(q_targets.peng_q_lambda_targets)(reward, terminated, truncated, q_next,
                                                          jnp.float64(GAMMA), jnp.float64(LAMBDA))
         assert got.dtype == jnp.float64
         np.testing.assert_allclose(np.asarray(got), EXPECTED, rtol=1e-12)
@@ -93,7 +93,7 @@ def test_peng_q_lambda_by_hand_jitted_with_traced_gamma_and_lambda():
 
 def test_the_targets_carry_no_gradient():
     reward, terminated, truncated, q_next = _inputs()
-    grad = jax.grad(lambda q: q_learning.peng_q_lambda_targets(
+    grad = jax.grad(lambda q: q_targets.peng_q_lambda_targets(
         reward, terminated, truncated, q, GAMMA, LAMBDA).sum())(q_next)
     np.testing.assert_array_equal(np.asarray(grad), 0.0)
 
@@ -140,8 +140,8 @@ def test_dqn_q_lambda_trains_on_element_zero_of_the_targets(monkeypatch):
         jax.debug.callback(lambda *values: calls.append(values), *args, targets)
         return targets
 
-    original = q_learning.peng_q_lambda_targets
-    monkeypatch.setattr(q_learning, "peng_q_lambda_targets", spy)
+    original = q_targets.peng_q_lambda_targets
+    monkeypatch.setattr(q_targets, "peng_q_lambda_targets", spy)
     hp = Hparams.create(lr=1e-3, gamma=GAMMA, lambda_=LAMBDA)
     key = jax.random.key(7)
     _, metrics = jax.block_until_ready(jax.jit(engine.learn)(state, hp, key, jnp.float32(1e-3)))

@@ -48,7 +48,7 @@ from jaxcredit.agents.state import AgentState
 from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_actions,
                                    episode_horizon, make_environment, strong)
 from jaxcredit.envs.goals import goal_env, success_fn
-from jaxcredit.estimators import q_learning
+from jaxcredit.estimators import q_targets
 from jaxcredit.fitting import adam_step
 from jaxcredit.networks import QNetwork
 from jaxcredit.relabel import Relabeller, make_relabeller
@@ -256,16 +256,16 @@ def make_dqn_engine(config: TrainConfig, env: Any = None, env_params: Any = None
         rows, metrics = replayed_rows(state, key)  # what the target reads
         q_next_target = network.apply(state.target_params, rows.next_obs)
         if peng:  # Peng's Q(λ) over the n sampled steps, from the target network
-            target = q_learning.peng_q_lambda_targets(rows.reward, rows.terminated,
+            target = q_targets.peng_q_lambda_targets(rows.reward, rows.terminated,
                                                       rows.truncated, q_next_target,
                                                       hparams.gamma, hparams.lambda_)[0]
         else:
             if double:
                 q_next_online = network.apply(state.agent.params, rows.next_obs)
-                bootstrap = q_learning.double_q_learning_bootstrap(q_next_target, q_next_online)
+                bootstrap = q_targets.double_q_learning_bootstrap(q_next_target, q_next_online)
             else:
-                bootstrap = q_learning.q_learning_bootstrap(q_next_target)
-            target = q_learning.n_step_q_targets(rows.reward, rows.terminated, rows.truncated,
+                bootstrap = q_targets.q_learning_bootstrap(q_next_target)
+            target = q_targets.n_step_q_targets(rows.reward, rows.terminated, rows.truncated,
                                                  bootstrap, hparams.gamma, n)[0]
         grads, loss_metrics = jax.grad(q_loss, has_aux=True)(
             state.agent.params, rows.obs[0], rows.action[0], target, hparams)

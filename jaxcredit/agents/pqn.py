@@ -42,7 +42,7 @@ from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, discrete_
                                    episode_horizon, make_environment, strong)
 from jaxcredit.agents.state import AgentState
 from jaxcredit.envs.goals import success_fn
-from jaxcredit.estimators.q_learning import peng_q_lambda_targets
+from jaxcredit.estimators.q_targets import peng_q_lambda_targets
 from jaxcredit.networks import QNetwork
 
 Array = jax.Array

@@ -32,6 +32,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from jaxcredit.estimators import q_targets
 from jaxcredit.estimators.returns import (
     Numeric, _check_lambda, _maybe_stop, affine_reverse_recursion, lambda_returns)
 
@@ -133,7 +134,8 @@ def q_lambda(
     """
     chex.assert_equal_shape([q_tm1, q_t])
     chex.assert_equal_shape([a_tm1, r_t, discount_t])
-    target = lambda_returns(r_t, discount_t, jnp.max(q_t, axis=-1), lambda_)
+    target = q_targets.q_lambda_targets(r_t, discount_t, q_t, lambda_,
+                                        stop_target_gradients=False)
     return _maybe_stop(target, stop_target_gradients) - _index(q_tm1, a_tm1)
 
 
@@ -201,7 +203,7 @@ def q_learning(
       ``[*batch]`` errors.
     """
     chex.assert_equal_shape([q_tm1, q_t])
-    target = r_t + discount_t * jnp.max(q_t, axis=-1)
+    target = q_targets.one_step_q_targets(r_t, discount_t, q_targets.q_learning_bootstrap(q_t))
     return _maybe_stop(target, stop_target_gradients) - _index(q_tm1, a_tm1)
 
 
@@ -224,6 +226,6 @@ def double_q_learning(
       ``[*batch]`` errors.
     """
     chex.assert_equal_shape([q_tm1, q_t_value, q_t_selector])
-    best = jnp.argmax(q_t_selector, axis=-1)
-    target = r_t + discount_t * _index(q_t_value, best)
+    target = q_targets.one_step_q_targets(
+        r_t, discount_t, q_targets.double_q_learning_bootstrap(q_t_value, q_t_selector))
     return _maybe_stop(target, stop_target_gradients) - _index(q_tm1, a_tm1)

@@ -1,4 +1,5 @@
-"""Q-learning targets for the off-policy engine (time-major, episode-aware).
+"""Q-learning targets: one implementation of each, for the off-policy engine (DQN), PQN and the
+rlax-named TD errors of :mod:`jaxcredit.estimators.value_learning` (time-major, episode-aware).
 
 The bootstrap value of a transition is read at s'_{t+1}, the *final* observation when the episode
 ended at t (docs/design.md, "Termination is not truncation"):
@@ -42,6 +43,21 @@ def double_q_learning_bootstrap(q_target_next: Array, q_online_next: Array) -> A
     return jnp.take_along_axis(q_target_next, best[..., None], axis=-1)[..., 0]
 
 
+def one_step_q_targets(reward: Array, discount: Array, bootstrap: Array) -> Array:
+    """``y = r + γ_t v'``, the one-step target with ``discount`` γ_t = γ (1 − terminated) and a
+    bootstrap value v' from :func:`q_learning_bootstrap` or :func:`double_q_learning_bootstrap`."""
+    return reward + discount * bootstrap
+
+
+def q_lambda_targets(reward: Array, discount: Array, q_next: Array, lambda_,
+                     stop_target_gradients: bool = True) -> Array:
+    """Peng's Q(λ) returns ``G_t = r_t + γ_t [(1 − λ_t) max_a Q(s_{t+1}, a) + λ_t G_{t+1}]``
+    (``G_{T−1}`` bootstraps fully) from per-step discounts γ_t and λ_t (scalar or ``[T, ...]``);
+    Watkins's with λ_t cut at non-greedy actions (``value_learning.watkins_lambda``)."""
+    return lambda_returns(reward, discount, q_learning_bootstrap(q_next), lambda_,
+                          stop_target_gradients=stop_target_gradients)
+
+
 def n_step_q_targets(reward: Array, terminated: Array, truncated: Array, bootstrap: Array,
                      gamma, n: int) -> Array:
     """Episode-aware n-step Q targets ``y_t`` for every step of a ``[T, *batch]`` window.
@@ -60,7 +76,7 @@ def n_step_q_targets(reward: Array, terminated: Array, truncated: Array, bootstr
     chex.assert_equal_shape([reward, terminated, truncated, bootstrap])
     if n == 1:  # the same numbers without the n-step machinery
         discount = gamma * (1.0 - jnp.asarray(terminated, reward.dtype))
-        return jax.lax.stop_gradient(reward + discount * bootstrap)
+        return jax.lax.stop_gradient(one_step_q_targets(reward, discount, bootstrap))
     targets = episode_aware_n_step_returns(reward, bootstrap, terminated, truncated, gamma, n)
     return jax.lax.stop_gradient(targets)
 
@@ -80,5 +96,4 @@ def peng_q_lambda_targets(reward: Array, terminated: Array, truncated: Array,
     done = jnp.logical_or(terminated, truncated)
     discount = gamma * (1.0 - terminated.astype(reward.dtype))
     lam = lambda_ * (1.0 - done.astype(reward.dtype))
-    return lambda_returns(reward, discount, jnp.max(q_next, axis=-1), lam,
-                          stop_target_gradients=True)
+    return q_lambda_targets(reward, discount, q_next, lam)
