@@ -88,7 +88,7 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     if args.member_batch is not None and args.member_batch <= 0:
         raise UsageError(f"--member-batch must be positive, got {args.member_batch}")
     if args.memory_limit.lower() not in ("auto", "off"):
-        from jaxcredit.memory import parse_bytes  # noqa: PLC0415
+        from jaxcredit.device_memory import parse_bytes  # noqa: PLC0415
 
         parse_bytes(args.memory_limit)  # a one-line error before anything starts
     watch = dict(watchdog_multiple=args.watchdog_multiple, watchdog_floor=args.watchdog_floor,
@@ -206,7 +206,7 @@ def _report(summary: dict) -> dict:
         print(f"time: {program:.1f} s in the compiled program, {host:.1f} s outside it "
               f"({100 * host / (program + host):.0f} %: metrics, checkpoints, progress)")
     if summary.get("member_batch") is not None:
-        from jaxcredit.memory import format_bytes  # noqa: PLC0415
+        from jaxcredit.device_memory import format_bytes  # noqa: PLC0415
 
         print(f"memory: each device ran its members {summary['member_batch']} at a time, "
               f"{format_bytes(summary['memory_per_device'])} per device "

@@ -110,7 +110,7 @@ _LONGEST_FIRST = (
     "test_crash_safety.py", "test_cli.py", "test_agents_learning.py", "test_sweep.py",
     "test_returns.py", "test_her.py", "test_fitting.py", "test_evaluation.py", "test_docs.py",
     "test_envs_core.py", "test_watchdog.py", "test_agent_credit.py", "test_host_loop.py",
-    "test_memory.py", "test_tabular.py", "test_goal_envs.py", "test_diagnostics.py",
+    "test_device_memory.py", "test_tabular.py", "test_goal_envs.py", "test_diagnostics.py",
 )
 
 

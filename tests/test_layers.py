@@ -107,7 +107,7 @@ def test_no_import_cycle_in_the_package():
 LAYERS = [
     {"types", "registry", "flags", "xla_flags", "compile_cache", "networks", "rma", "policies",
      "loggers", "stats",
-     "runlog", "checkpoint", "memory", "distributed", "watchdog", "plotting"},
+     "runlog", "checkpoint", "device_memory", "distributed", "watchdog", "plotting"},
     {"exact"},
     {"envs"},
     {"estimators", "objectives", "fitting", "reward_models", "relabel", "redistribute"},
@@ -149,3 +149,34 @@ def test_no_module_is_over_500_lines():
     long = {str(path.relative_to(ROOT.parent)): n for path in ROOT.rglob("*.py")
             if (n := len(path.read_text().splitlines())) > 500}
     assert not long, f"modules over 500 lines: {long}"
+
+
+# The credit stages read environments only through protocols (a tabular MDP, goals), never a
+# particular environment, and nothing of the engine; the exact models never the agent's network.
+STAGE_PACKAGES = ("jaxcredit.estimators", "jaxcredit.redistribute", "jaxcredit.relabel",
+                  "jaxcredit.exact", "jaxcredit.credit")
+ENV_PROTOCOLS = {"jaxcredit.envs", "jaxcredit.envs.tabular_env", "jaxcredit.envs.goals"}
+
+
+def sideways_imports(graph: dict[str, set[str]]) -> list[str]:
+    def forbidden(module: str, target: str) -> bool:
+        return (target.startswith("jaxcredit.agents")
+                or (target.startswith("jaxcredit.envs") and target not in ENV_PROTOCOLS)
+                or (module.startswith("jaxcredit.exact") and target == "jaxcredit.networks"))
+
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() if a.startswith(STAGE_PACKAGES)
+                  for b in targets if forbidden(a, b))
+
+
+def test_sideways_check_on_a_hand_graph():
+    graph = {"jaxcredit.redistribute.prm": {"jaxcredit.envs.arithmetic_chain",
+                                            "jaxcredit.envs.goals"},
+             "jaxcredit.exact.ground_truth": {"jaxcredit.networks"},
+             "jaxcredit.agents.train": {"jaxcredit.envs.arithmetic_chain"}}
+    assert sideways_imports(graph) == ["jaxcredit.exact.ground_truth -> jaxcredit.networks",
+                                       "jaxcredit.redistribute.prm -> "
+                                       "jaxcredit.envs.arithmetic_chain"]
+
+
+def test_credit_stages_import_no_engine_and_no_particular_environment():
+    assert sideways_imports(import_graph()) == []

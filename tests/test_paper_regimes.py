@@ -241,11 +241,11 @@ def test_burn_in_updates_only_act():
     s2, _ = step(s1, hp)
     s3, m3 = step(s2, hp)
     assert _same(s2.agent.params, start.agent.params)
-    assert _same(s2.estimator, start.estimator)
+    assert _same(s2.credit.estimator, start.credit.estimator)
     assert not _same(s3.agent.params, s2.agent.params)
     # The model takes its steps from update 2 on (Adam's state moves even where a sparse
     # reward leaves the pair loss without gradient).
-    assert not _same(s3.estimator.opt_state, s2.estimator.opt_state)
+    assert not _same(s3.credit.estimator.opt_state, s2.credit.estimator.opt_state)
     assert np.isnan(m1["estimator/loss"]) and np.isfinite(m3["estimator/loss"])
     # The burn-in acts: its windows are whole episodes of the environment.
     assert float(m1["episodes"]) == 4 and np.isfinite(m1["episode_return"])

@@ -117,7 +117,14 @@ def test_relabeller_runs_before_the_critic_and_objective_is_pluggable():
     # The initial state comes with the run (one program).
     state, (_, metrics) = jax.jit(init_and_train, static_argnums=0)(engine, KEY, hparams)
     window = jax.jit(engine.collect)(state, hparams, jax.random.key(1))
-    np.testing.assert_allclose(window.trajectory.reward, 2.0)  # CartPole pays 1
+    np.testing.assert_allclose(window.trajectory.reward, 1.0)  # CartPole pays 1
+    # The credit transform relabels first, and every later stage reads the relabelled window.
+    traj, credit, _, _ = jax.jit(engine.assign_credit)(state, window.trajectory, hparams,
+                                                       jax.random.key(2))
+    np.testing.assert_allclose(traj.reward, 2.0)
+    np.testing.assert_allclose(credit.value_target, jax.jit(engine.credit.assign)(
+        None, window.trajectory.replace(reward=2.0 * window.trajectory.reward), hparams,
+        jax.random.key(2)).value_target, rtol=1e-6)
     # Training episodes still report the environment's own returns.
     assert "custom_objective" in metrics and "value_loss" not in metrics
 

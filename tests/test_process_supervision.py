@@ -219,7 +219,7 @@ def test_aggregation_and_targets_on_hand_cases():
     with pytest.raises(ValueError, match="aggregation"):
         models.aggregate(p, "mean")
     env, _ = _env(steps=3, modulus=7)
-    data = models.grade_solutions(env, jnp.array([3, 3]), jnp.array([[0, 2, 1]] * 2),
+    data = ac.grade_solutions(env, jnp.array([3, 3]), jnp.array([[0, 2, 1]] * 2),
                                   jnp.array([[2, 4, 1]] * 2), jnp.array([[5, 4, 3], [5, 0, 5]]))
     target, mask = models.targets("prm", data)
     assert target.tolist() == [[1, 0, 1], [1, 0, 0]]
@@ -237,13 +237,13 @@ def test_prm_learns_the_labeller_it_is_trained_on():
     test = ac.sample_solutions(jax.random.PRNGKey(10), env, slip, 500, 4)
     scorer = models.StepScorer(5, (64, 64))
     fit = jax.jit(models.fit, static_argnums=(1, 2, 4, 5))
-    exact_test = models.grade_solutions(env, *test)
+    exact_test = ac.grade_solutions(env, *test)
     for miscalibration in ("none", "mul_as_add"):
         params, losses = fit(jax.random.PRNGKey(11), scorer, "prm",
-                             models.grade_solutions(env, *train, miscalibration=miscalibration),
+                             ac.grade_solutions(env, *train, miscalibration=miscalibration),
                              500, 256, 3e-3)
         assert float(losses[-50:].mean()) < 0.5 * float(losses[:50].mean())
-        own = models.grade_solutions(env, *test, miscalibration=miscalibration)
+        own = ac.grade_solutions(env, *test, miscalibration=miscalibration)
         acc = models.step_accuracy(scorer, params, own, exact_test)
         assert float(acc["labelled_accuracy"]) > 0.95, miscalibration
         if miscalibration == "none":

@@ -110,7 +110,7 @@ def run_best_of_n(size: dict, seed: int = 0) -> dict:
     params, fit_seconds, losses = {}, {}, {}
     for name, (kind, miscalibration, multiple) in graders.items():
         start = time.time()
-        data = models.grade_solutions(env, *train, miscalibration=miscalibration)
+        data = ac.grade_solutions(env, *train, miscalibration=miscalibration)
         params[name], loss = fit(k_fit, scorer, kind, data, multiple * size["fit_steps"], 256,
                                  1e-3)
         losses[name] = float(loss[-100:].mean())

@@ -8,6 +8,11 @@ or ``max_steps`` steps, and the loop stops once every episode has ended. Reporte
 ``eval/return`` and ``eval/return_greedy`` (means over the episodes) and ``eval/length``. The
 returns the agent saw while training (``episode_return``) come from a policy that changed
 during the window and from episodes cut anywhere; these do not.
+
+``make_evaluate`` gives the on-policy engine's ``evaluate(state, hparams)``: those episodes, the
+exact J(π) and the task's metrics on environments with ground truth (the target policy's table),
+and the credit transform's read-outs against exact models on a held-out window
+(``CreditTransform.diagnose``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from jaxcredit.exact import ground_truth as gt_lib
 from jaxcredit.policies import ActionDistribution
 
 Array = jax.Array
@@ -94,3 +100,47 @@ def play_episodes(env: Any, env_params: Any, policy: Callable[[Any, Array, Array
         out["success_rate"] = jnp.sum(sampled & reached) / num_episodes
         out["success_rate_greedy"] = jnp.sum(greedy & reached) / num_episodes
     return out
+
+
+def make_evaluate(env: Any, env_params: Any, agent_net: Any, law: ActionDistribution,
+                  episodes: int, max_steps: int, success: Optional[Callable], reference: Any,
+                  exact_policy: bool, target_logits: Callable, credit: Any,
+                  collect: Callable, credit_context: Callable):
+    """``evaluate(state, hparams) -> metrics`` of the on-policy engine (module docstring).
+
+    Args:
+      reference: the ground truth evaluation reads (None: no exact metrics).
+      exact_policy: the policy can be read as a table π[s, a].
+      target_logits: ``(agent_params, obs) -> logits`` of the target policy.
+      credit: the run's credit transform; collect: the engine's ``collect``;
+      credit_context: ``state -> jaxcredit.credit.Context``.
+    """
+
+    def evaluate(state, hparams) -> dict[str, Array]:
+        key = jax.random.fold_in(state.eval_key, state.update)
+        keys = jax.random.split(key, 5)  # play, window, then the credit read-outs' three
+        play_key, window_key = keys[0], keys[1]
+
+        def policy(memory, obs, first):  # the target policy: no exploration mixture
+            if state.runner.normalizer is not None:  # the training statistics, frozen
+                obs = state.runner.normalizer.observation(obs)
+            return agent_net.act(state.agent.params, memory, obs, first, target=True)
+
+        played = play_episodes(env, env_params, policy, play_key, episodes, max_steps, success,
+                               agent_net.initial_memory(2 * episodes), law)
+        metrics = {f"eval/{k}": v for k, v in played.items()}
+        if reference is not None and exact_policy:
+            mdp = reference.mdp()
+            pi = gt_lib.policy_table(target_logits, state.agent.params, mdp)
+            metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
+            metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
+        # The credit's read-outs against exact models, at evaluation points only, on a held-out
+        # window of the current policy (not used for training).
+        if credit.diagnoses:
+            traj = collect(state, hparams, window_key).trajectory
+            metrics.update(credit.diagnose(state.credit, traj, hparams, keys[2:],
+                                           credit_context(state)))
+        return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+
+    return evaluate
+

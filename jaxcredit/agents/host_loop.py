@@ -25,7 +25,7 @@ Run directory layout::
 Memory: before the first chunk the chunk program is compiled and its memory per device (XLA's
 analysis) compared with the device's limit; a program over it runs each device's members in
 sequential groups inside the same program, or the run is refused with what would fit
-(``jaxcredit.memory``, ``memory_limit`` / ``member_batch``).
+(``jaxcredit.device_memory``, ``memory_limit`` / ``member_batch``).
 """
 
 from __future__ import annotations
@@ -121,8 +121,9 @@ def _compiled_chunk(engine, num_updates: int, mesh, state, hparams,
 
 def memory_limit_bytes(memory_limit: str | int | None, mesh) -> int | None:
     """The bytes per device a chunk program may use: ``"auto"`` (the device's limit,
-    ``jaxcredit.memory``), ``"off"``/None (no check) or a size (``"4G"``, bytes). Processes of a
-    multi-process run agree on the smallest, so that all compile the same program."""
+    ``jaxcredit.device_memory``), ``"off"``/None (no check) or a size (``"4G"``, bytes).
+    Processes of a multi-process run agree on the smallest, so that all compile the same
+    program."""
     if memory_limit is None or str(memory_limit).lower() == "off":
         return None
     if str(memory_limit).lower() == "auto":
@@ -263,7 +264,7 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
       memory_limit: bytes per device the chunk program may use: ``"auto"`` (the device's
         limit), a size such as ``"4G"``, or ``"off"``. A program over it runs each device's
         members in sequential groups, or the call is refused with what would fit
-        (``jaxcredit.memory``).
+        (``jaxcredit.device_memory``).
       member_batch: members each device runs at once (default: all, or as many as fit).
       keep_checkpoints: checkpoints kept, the newest (0: all). One is enough to resume: the
         previous one is deleted only after the new one is complete.

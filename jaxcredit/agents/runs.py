@@ -9,12 +9,22 @@ on ``config.algo``.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import dataclasses
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 
+from jaxcredit import credit as credit_lib
+from jaxcredit.agents.agent_network import AgentNetwork
 from jaxcredit.agents.config import Hparams, TrainConfig
+from jaxcredit.agents.state import TrainState, Window
+from jaxcredit.estimators.base import Estimator
+from jaxcredit.exact import ground_truth as gt_lib
+from jaxcredit.objectives import Objective
+from jaxcredit.redistribute import Redistributor
+from jaxcredit.relabel import Relabeller
+from jaxcredit.types import Credit, Trajectory
 from jaxcredit.envs import make as make_env
 from jaxcredit.policies import ActionDistribution, for_space
 
@@ -115,3 +125,51 @@ def episode_horizon(env_params: Any) -> Optional[int]:
     """The environment's time limit (None when it states none)."""
     steps = getattr(env_params, "max_steps_in_episode", None)
     return int(steps) if steps else None
+
+Array = jax.Array
+Metrics = dict[str, Array]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Engine(EngineRuns):
+    """The pure functions of one training configuration.
+
+    Attributes:
+      config: the resolved ``TrainConfig``.
+      env, env_params: the gymnax environment.
+      network: the agent's flax module (``ActorCritic``, or ``RecurrentActorCritic``).
+      agent_network: how the engine runs it (``jaxcredit.agents.agent_network``).
+      objective: the objective.
+      credit: the credit transform (``jaxcredit.credit``): relabel, redistribute, estimate.
+      estimator: the estimate stage (``credit.estimator``).
+      relabeller, redistributor: the optional stages (None when not set).
+      ground_truth: exact quantities of the environment the credit stages may read (None
+        without a tabular MDP).
+      policy_logits, target_logits: ``(agent_params, obs) -> logits`` of the behaviour and the
+        target policy (what π[s, a] tables are read from).
+      init: ``key -> TrainState``.
+      collect: ``(TrainState, Hparams, key) -> Window``: act, evaluate the critic.
+      assign_credit: ``(TrainState, Trajectory, Hparams, key) -> (Trajectory, Credit, TrainState,
+        metrics)``: the credit transform's update at the state's policy.
+      update_step: ``(TrainState, Hparams) -> (TrainState, metrics)``, one update.
+      evaluate: ``(TrainState, Hparams) -> metrics``, the evaluation at the current policy.
+    """
+
+    config: TrainConfig
+    env: Any
+    env_params: Any
+    network: Any
+    agent_network: AgentNetwork
+    objective: Objective
+    credit: credit_lib.CreditTransform
+    estimator: Estimator
+    relabeller: Optional[Relabeller]
+    redistributor: Optional[Redistributor]
+    ground_truth: Optional[gt_lib.GroundTruth]
+    policy_logits: Callable[[Any, Array], Array]
+    target_logits: Callable[[Any, Array], Array]
+    init: Callable[[Array], TrainState]
+    collect: Callable[[TrainState, Hparams, Array], Window]
+    assign_credit: Callable[..., tuple[Trajectory, Credit, TrainState, Metrics]]
+    update_step: Callable[[TrainState, Hparams], tuple[TrainState, Metrics]]
+    evaluate: Callable[[TrainState, Hparams], Metrics]

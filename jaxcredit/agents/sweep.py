@@ -197,7 +197,7 @@ def population_jit(fn: Callable, mesh: Mesh, num_args: int = 1, donate: bool = F
     ``member_batch``: each device runs its members ``member_batch`` at a time, in sequence,
     within the one program (a ``lax.scan`` over groups of ``jax.vmap``-ed members inside
     ``jax.shard_map``), so its temporaries are those of ``member_batch`` members
-    (``jaxcredit.memory``). It must divide the members per device. None: all at once.
+    (``jaxcredit.device_memory``). It must divide the members per device. None: all at once.
 
     Cached per (function, mesh, member batch), so repeated sweeps of one engine compile once per
     shape.

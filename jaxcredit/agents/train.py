@@ -3,23 +3,20 @@
 One update (``Engine.update_step``) is one compiled function that runs the credit pipeline
 (docs/design.md) between acting and optimising::
 
-    ACT          lax.scan over T steps of vmapped envs, policy tower only     (agents.rollout)
-    RELABEL      relabel(trajectory, key)                                      (optional stage)
-    EVALUATE     V(s_t) and V(s'_{t+1}) on the whole window in two batched calls
-    REDISTRIBUTE fit the redistributor's model, then new rewards               (optional stage)
-    ESTIMATE     fit the estimator's model (or load the exact one: oracle), then
-                 credit = estimator.assign(params, trajectory, hparams, key) under stop_gradient
-    OPTIMISE     epochs × minibatches of Adam steps on the objective's loss
+    ACT          lax.scan over T steps of vmapped envs, then V(s_t), V(s'_{t+1})  (agents.collect)
+    CREDIT       credit.update: relabel, redistribute, fit the credit models or read
+                 the exact ones (oracle), assign                          (jaxcredit.credit)
+    OPTIMISE     epochs × minibatches of Adam steps on the objective's loss  (agents.optimise)
 
 A run is ``lax.scan`` of ``update_step`` over updates, in blocks of ``eval_every`` updates each
 followed by an evaluation (``Engine.evaluate``), so ``jax.jit(jax.vmap(train))`` over keys and
 stacked ``Hparams`` is a seed × hyper-parameter sweep in one compile. The host loop runs the same
 blocks in chunks (``Engine.run``) and gets bit-identical numbers.
 
-Fitted models. A learned estimator or redistributor is fitted with its own Adam state, learning
-rate and clip (``Hparams``) and its own schedule (``config.estimator.fit``,
-``config.redistribute.fit``; ``jaxcredit.fitting``) *before* it is used on the fresh window.
-Its gradient never reaches the agent and the agent's never reaches it.
+The engine has no credit logic of its own: the credit transform (``jaxcredit.credit``, built
+from the config's stages) fits a learned estimator or redistributor with its own Adam state,
+learning rate and clip (``Hparams``) and its own schedule *before* it is used on the fresh
+window; its gradient never reaches the agent and the agent's never reaches it.
 
 Policies. ``config.policy`` is a memoryless MLP or a recurrent GRU / LSTM
 (``jaxcredit.agents.agent_network``); the recurrent memory lives in the runner, is zeroed at
@@ -38,8 +35,7 @@ updates that end an evaluation block and NaN elsewhere.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -47,74 +43,27 @@ import optax
 
 from jaxcredit import credit as credit_lib
 from jaxcredit.agents import meta_gradient as meta_lib
-from jaxcredit.exact import ground_truth as gt_lib
-from jaxcredit.agents.agent_network import AgentNetwork, first_steps, make_agent_network
+from jaxcredit.agents.agent_network import make_agent_network
 from jaxcredit.agents.config import OFF_POLICY_ALGOS, Hparams, TrainConfig
-from jaxcredit.agents.evaluation import play_episodes
+from jaxcredit.agents.collect import make_collect
+from jaxcredit.agents.evaluation import make_evaluate
 from jaxcredit.agents.optimise import flatten_steps, minibatch_loss, objective_batch, optimise
-from jaxcredit.agents.rollout import example_window, reset_groups, reset_runner, rollout
-from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, EngineRuns, action_distribution,
+from jaxcredit.agents.rollout import example_window, reset_runner
+from jaxcredit.agents.runs import (DEFAULT_EVAL_MAX_STEPS, Engine, action_distribution,
                                    episode_horizon, make_environment, strong)
 from jaxcredit.agents.normalize import make_normalizer
 from jaxcredit.agents.stages import make_stages, reads_agent_state
 from jaxcredit.agents.state import AgentState, TrainState, Window
 from jaxcredit.envs.goals import success_fn
-from jaxcredit.estimators.base import Estimator
 from jaxcredit.fitting import adam_step
 from jaxcredit.networks import ActorCritic
-from jaxcredit.objectives import Objective, losses
-from jaxcredit.redistribute import Redistributor
-from jaxcredit.relabel import Relabeller
+from jaxcredit.objectives import losses
 from jaxcredit.agents.dqn import make_dqn_engine
 from jaxcredit.agents.pqn import make_pqn_engine
 from jaxcredit.types import Credit, Trajectory
 
 Array = jax.Array
 Metrics = dict[str, Array]
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Engine(EngineRuns):
-    """The pure functions of one training configuration.
-
-    Attributes:
-      config: the resolved ``TrainConfig``.
-      env, env_params: the gymnax environment.
-      network: the agent's flax module (``ActorCritic``, or ``RecurrentActorCritic``).
-      agent_network: how the engine runs it (``jaxcredit.agents.agent_network``).
-      objective: the objective.
-      credit: the credit transform (``jaxcredit.credit``): relabel, redistribute, estimate.
-      estimator: the estimate stage (``credit.estimator``).
-      relabeller, redistributor: the optional stages (None when not set).
-      ground_truth: exact quantities of the environment the credit stages may read (None
-        without a tabular MDP).
-      policy_logits, target_logits: ``(agent_params, obs) -> logits`` of the behaviour and the
-        target policy (what π[s, a] tables are read from).
-      init: ``key -> TrainState``.
-      collect: ``(TrainState, Hparams, key) -> Window``: act, evaluate the critic.
-      assign_credit: ``(TrainState, Trajectory, Hparams, key) -> (Trajectory, Credit, TrainState,
-        metrics)``: the credit transform's update at the state's policy.
-      update_step: ``(TrainState, Hparams) -> (TrainState, metrics)``, one update.
-      evaluate: ``(TrainState, Hparams) -> metrics``, the evaluation at the current policy.
-    """
-
-    config: TrainConfig
-    env: Any
-    env_params: Any
-    network: Any
-    agent_network: AgentNetwork
-    objective: Objective
-    credit: credit_lib.CreditTransform
-    estimator: Estimator
-    relabeller: Optional[Relabeller]
-    redistributor: Optional[Redistributor]
-    ground_truth: Optional[gt_lib.GroundTruth]
-    policy_logits: Callable[[Any, Array], Array]
-    target_logits: Callable[[Any, Array], Array]
-    init: Callable[[Array], TrainState]
-    collect: Callable[[TrainState, Hparams, Array], Window]
-    assign_credit: Callable[..., tuple[Trajectory, Credit, TrainState, Metrics]]
-    update_step: Callable[[TrainState, Hparams], tuple[TrainState, Metrics]]
-    evaluate: Callable[[TrainState, Hparams], Metrics]
 
 def make_train(config: TrainConfig, env: Any = None, env_params: Any = None):
     """``train(key, hparams) -> (final_state, metrics)`` for ``config`` (see module docstring).
@@ -205,39 +154,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
         # checkpoint has strong dtypes, and the same types mean the same compiled program.
         return jax.tree.map(strong, state)
 
-    def with_values(agent_params, traj: Trajectory, memory, first) -> Trajectory:
-        if not config.critic and not record_agent_state:
-            zeros = jnp.zeros_like(traj.reward)
-            return traj.replace(value=zeros, next_value=zeros)
-        value, next_value, agent_state, reads = agent_net.window(
-            agent_params, memory, traj.obs, first, traj.next_obs, critic=config.critic)
-        if record_agent_state:
-            traj = traj.replace(agent_state=jax.lax.stop_gradient(agent_state),
-                                memory_reads=jax.lax.stop_gradient(reads))
-        return traj.replace(value=value, next_value=next_value)
-
-    def collect(state: TrainState, hparams: Hparams, key: Array) -> Window:
-        act_key, _ = jax.random.split(key)  # (the second key was the relabel stage's)
-
-        def policy(memory, obs, first):
-            return agent_net.act(state.agent.params, memory, obs, first)
-
-        runner = state.runner
-        if episodic:
-            # Every window is one whole episode per environment, groups sharing an instance.
-            act_key, reset_key = jax.random.split(act_key)
-            fresh = agent_net.initial_memory(N)
-            runner = (reset_groups(env, env_params, reset_key, N, config.group_size, fresh)
-                      if hasattr(env, "reset_to_instance")
-                      else reset_runner(env, env_params, reset_key, N, fresh)
-                      ).replace(normalizer=state.runner.normalizer)
-        start = runner
-        runner, traj, episodes = rollout(env, env_params, policy, runner, act_key, T,
-                                         state_index, success, law, hparams.gamma)
-        first = first_steps(start.first, traj.done)
-        traj = with_values(state.agent.params, traj, start.memory, first)
-        return Window(trajectory=traj, runner=runner, episodes=episodes, memory=start.memory,
-                      first=first)
+    collect, with_values = make_collect(env, env_params, agent_net, law, T, N, config.group_size,
+                                        episodic, state_index, success, config.critic,
+                                        record_agent_state)
 
     def credit_context(state: TrainState, window: Optional[Window] = None):
         """What the credit transform reads of the agent: its policy, and its critic for a
@@ -319,32 +238,9 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
                               update=state.update + 1, meta=meta)
         return state, metrics
 
-    def evaluate(state: TrainState, hparams: Hparams) -> Metrics:
-        key = jax.random.fold_in(state.eval_key, state.update)
-        keys = jax.random.split(key, 5)  # play, window, then the credit read-outs' three
-        play_key, window_key = keys[0], keys[1]
-
-        def policy(memory, obs, first):  # the target policy: no exploration mixture
-            if state.runner.normalizer is not None:  # the training statistics, frozen
-                obs = state.runner.normalizer.observation(obs)
-            return agent_net.act(state.agent.params, memory, obs, first, target=True)
-
-        episodes = config.evaluation.episodes
-        played = play_episodes(env, env_params, policy, play_key, episodes, eval_steps, success,
-                               agent_net.initial_memory(2 * episodes), law)
-        metrics = {f"eval/{k}": v for k, v in played.items()}
-        if reference is not None and exact_policy:
-            mdp = reference.mdp()
-            pi = gt_lib.policy_table(target_logits, state.agent.params, mdp)
-            metrics["eval/exact_return"] = gt_lib.exact_return(reference, mdp, pi)
-            metrics.update({f"eval/{k}": v for k, v in reference.task_metrics(pi).items()})
-        # The credit's read-outs against exact models, at evaluation points only, on a held-out
-        # window of the current policy (not used for training).
-        if credit.diagnoses:
-            traj = collect(state, hparams, window_key).trajectory
-            metrics.update(credit.diagnose(state.credit, traj, hparams,
-                                           keys[2:], credit_context(state)))
-        return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+    evaluate = make_evaluate(env, env_params, agent_net, law, config.evaluation.episodes,
+                             eval_steps, success, reference, exact_policy, target_logits, credit,
+                             collect, credit_context)
 
     return Engine(config=config, env=env, env_params=env_params, network=network,
                   agent_network=agent_net, objective=objective, credit=credit,

@@ -312,6 +312,19 @@ class ArithmeticChain(DiscreteEnv):
 
 # ---------------------------------------------------------------------- the generator policy
 
+    # The step-checked-task protocol the process reward model reads
+    # (``jaxcredit.redistribute.prm``): the labellers, the label of a correct step, and the
+    # noisy solver's graded solutions.
+    miscalibrations = MISCALIBRATIONS
+    correct_label = CORRECT
+
+    def graded_solutions(self, key: Array, slip, problems: int, samples: int,
+                         miscalibration: str = "none") -> "GradedSolutions":
+        """``samples`` noisy-solver solutions of each of ``problems`` random problems (slip
+        rates ``slip`` for +, − and ×), graded by the labeller ``miscalibration``."""
+        solutions = sample_solutions(key, self, slip_rates_array(self, slip), problems, samples)
+        return grade_solutions(self, *solutions, miscalibration=miscalibration)
+
 
 def slip_rates_array(env: ArithmeticChain, slip: Sequence[float] | float) -> Array:
     """``[3]`` slip probability per operation (+, −, ×) from one number or one per op of OPS."""
@@ -437,3 +450,44 @@ def solution_steps(env: ArithmeticChain, start: Array, op: Array, operand: Array
         jnp.broadcast_to(start, batch).reshape(n), flat(jnp.broadcast_to(op, batch + (k,)), (k,)),
         flat(jnp.broadcast_to(operand, batch + (k,)), (k,)), flat(written, (k,)))
     return obs.reshape(batch + (k, -1)), written
+
+
+@struct.dataclass
+class GradedSolutions:
+    """Solutions as steps, with their labels.
+
+    Attributes:
+      obs: ``[N, K, D]`` the observation before each step; action: ``[N, K]`` the value written.
+      consistent: ``[N, K]`` the labeller's judgement of each step.
+      labelled: ``[N, K]`` steps a process labeller labels (up to and including the first step it
+        judges wrong).
+      correct: ``[N]`` the final answer is right (the outcome label, always exact).
+      answer: ``[N]`` the final answer.
+    """
+
+    obs: Array
+    action: Array
+    consistent: Array
+    labelled: Array
+    correct: Array
+    answer: Array
+
+
+def grade_solutions(env: ArithmeticChain, start: Array, op: Array, operand: Array,
+                    written: Array, miscalibration: str = "none") -> GradedSolutions:
+    """Solutions of problems ``start [P]``, ``op, operand [P, K]`` as a flat
+    :class:`GradedSolutions`: ``written [P, K]`` (one each) or ``[P, S, K]`` (S each)."""
+    batch = written.shape[:-1]
+    if written.ndim == jnp.ndim(op) + 1:
+        start, op, operand = start[:, None], op[:, None, :], operand[:, None, :]
+    start = jnp.broadcast_to(start, batch)
+    op, operand = jnp.broadcast_to(op, written.shape), jnp.broadcast_to(operand, written.shape)
+    obs, action = solution_steps(env, start, op, operand, written)
+    judged = step_consistent(start, op, operand, written, env.modulus, miscalibration)
+    first = jnp.cumprod(jnp.concatenate([jnp.ones_like(judged[..., :1]), judged[..., :-1]], -1),
+                        -1) > 0
+    correct = final_correct(start, op, operand, written, env.modulus)
+    flat = lambda x: x.reshape((-1,) + x.shape[len(batch):])  # noqa: E731
+    return GradedSolutions(obs=flat(obs), action=flat(action), consistent=flat(judged),
+                           labelled=flat(first), correct=flat(correct),
+                           answer=flat(written[..., -1]))

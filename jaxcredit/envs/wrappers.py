@@ -76,6 +76,10 @@ class DelayedReward(StatefulWrapper):
     environment, for those.
     """
 
+    # Rewards differ from the wrapped environment's: a stage that recomputes rewards from goals
+    # (HER) must not skip this wrapper (``jaxcredit.relabel.her``).
+    changes_rewards = True
+
     @property
     def undelayed(self):
         """The wrapped environment, whose ground truth gives this one's J(θ) and ∇J."""

@@ -49,7 +49,6 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
-from jaxcredit.envs import arithmetic_chain as chain
 from jaxcredit.redistribute import Redistributor
 from jaxcredit.reward_models import models
 from jaxcredit.types import Trajectory
@@ -57,13 +56,19 @@ from jaxcredit.types import Trajectory
 Array = jax.Array
 
 OUTCOMES = ("drop", "keep")
+# What the stage reads of a step-checked task (``step_checker``).
+STEP_CHECKED = ("step_judgement", "step_label", "graded_solutions", "miscalibrations",
+                "correct_label")
 
 
-def step_checker(env: Any) -> chain.ArithmeticChain:
-    """The step-checkable environment inside ``env`` (through wrappers), or a ValueError."""
+def step_checker(env: Any) -> Any:
+    """The step-checked task inside ``env`` (through wrappers), or a ValueError: an environment
+    that judges each step of a solution and samples graded solutions of its own
+    (``step_judgement``, ``step_label``, ``graded_solutions``, ``miscalibrations``,
+    ``correct_label``: ``jaxcredit.envs.arithmetic_chain.ArithmeticChain``)."""
     inner, seen = env, 0
     while inner is not None and seen < 16:
-        if isinstance(inner, chain.ArithmeticChain):
+        if all(hasattr(type(inner), name) for name in STEP_CHECKED):
             return inner
         inner, seen = getattr(inner, "_env", None), seen + 1
     name = getattr(env, "name", type(env).__name__)
@@ -112,10 +117,6 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
       slip: the noisy solver's slip rate for +, − and ×.
       env: the environment (the engine passes it).
     """
-    miscalibration = "none" if labeller == "exact" else labeller
-    if miscalibration not in chain.MISCALIBRATIONS:
-        raise ValueError(f"prm: labeller must be one of exact, "
-                         f"{', '.join(chain.MISCALIBRATIONS[1:])}, got {labeller!r}")
     if outcome not in OUTCOMES:
         raise ValueError(f"prm: outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
     if model not in ("fitted", "oracle"):
@@ -123,6 +124,10 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
     if env is None:
         raise ValueError("prm: needs the environment (the engine passes env=)")
     task = step_checker(env)
+    miscalibration = "none" if labeller == "exact" else labeller
+    if miscalibration not in task.miscalibrations:
+        raise ValueError(f"prm: labeller must be one of exact, "
+                         f"{', '.join(task.miscalibrations[1:])}, got {labeller!r}")
     hidden = tuple(int(h) for h in _numbers(hidden, "hidden"))
     slip = _numbers(slip, "slip")
     counts = dict(pretrain_problems=int(pretrain_problems), pretrain_samples=int(pretrain_samples),
@@ -132,7 +137,6 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
             raise ValueError(f"prm: {name} must be a positive integer, got {value}")
     if int(pretrain_steps) < 0:
         raise ValueError(f"prm: pretrain_steps must be >= 0, got {pretrain_steps}")
-    slip_rates = chain.slip_rates_array(task, slip)
     scorer = models.StepScorer(task.num_actions, hidden)
     refit = str(refit).lower() in ("true", "1", "yes")
     oracle = model == "oracle"
@@ -144,9 +148,8 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
         if int(pretrain_steps) == 0:
             return scorer.init(key, example.obs[0, :1], example.action[0, :1])
         data_key, fit_key = jax.random.split(key)
-        solutions = chain.sample_solutions(data_key, task, slip_rates, counts["pretrain_problems"],
-                                           counts["pretrain_samples"])
-        data = models.grade_solutions(task, *solutions, miscalibration=miscalibration)
+        data = task.graded_solutions(data_key, slip, counts["pretrain_problems"],
+                                     counts["pretrain_samples"], miscalibration)
         params, _ = models.fit(fit_key, scorer, "prm", data, int(pretrain_steps),
                                counts["pretrain_batch"], float(pretrain_lr))
         return params
@@ -160,9 +163,10 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
         del key
         p = probabilities(params, traj)
         exact, _ = judge(traj.obs, traj.action, "none")
+        correct = task.step_label(traj.obs, traj.action) == task.correct_label
         metrics = {
             "step_score": p.mean(),
-            "correct_step_rate": (task.step_label(traj.obs, traj.action) == chain.CORRECT).mean(),
+            "correct_step_rate": correct.mean(),
             "consistent_step_rate": exact.mean(),
             "grader_accuracy": ((p > 0.5) == exact).mean(),
         }

@@ -137,11 +137,10 @@ def relabel_goals(goals: Any, trajectory: Trajectory, key: Array, anchor: int, s
 
 
 def _changes_rewards(env: Any, goals: Any) -> bool:
-    """A ``DelayedReward`` wrapper sits between ``env`` and its goal-conditioned core."""
-    from jaxcredit.envs.wrappers import DelayedReward  # noqa: PLC0415
-
+    """A wrapper between ``env`` and its goal-conditioned core changes the rewards (it says so
+    with ``changes_rewards``, as ``DelayedReward`` does)."""
     while env is not None and env is not goals:
-        if isinstance(env, DelayedReward):
+        if getattr(type(env), "changes_rewards", False):
             return True
         env = getattr(env, "_env", None)
     return False

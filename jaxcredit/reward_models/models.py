@@ -16,7 +16,8 @@ differ only in their labels:
       score = min_k p_k  (``min``: the weakest step)
 
 The labels come from a *labeller*, ``ArithmeticChain.step_judgement`` /
-:func:`~jaxcredit.envs.arithmetic_chain.step_consistent`: the exact check, or a miscalibrated one
+:func:`~jaxcredit.envs.arithmetic_chain.step_consistent`, graded by
+``ArithmeticChain.graded_solutions``: the exact check, or a miscalibrated one
 (``mul_as_add``, ``trust_mul``) that errs in a stated, systematic way. A PRM fitted on a
 miscalibrated labeller's labels learns its bias; the outcome labels are always exact.
 
@@ -26,15 +27,13 @@ minibatches of solutions, scanned inside one compiled function (:func:`fit`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
-from jaxcredit.envs import arithmetic_chain as chain
 
 Array = jax.Array
 
@@ -57,45 +56,6 @@ class StepScorer(nn.Module):
         return nn.Dense(1)(x)[..., 0]
 
 
-@struct.dataclass
-class GradedSolutions:
-    """Solutions as steps, with their labels.
-
-    Attributes:
-      obs: ``[N, K, D]`` the observation before each step; action: ``[N, K]`` the value written.
-      consistent: ``[N, K]`` the labeller's judgement of each step.
-      labelled: ``[N, K]`` steps a process labeller labels (up to and including the first step it
-        judges wrong).
-      correct: ``[N]`` the final answer is right (the outcome label, always exact).
-      answer: ``[N]`` the final answer.
-    """
-
-    obs: Array
-    action: Array
-    consistent: Array
-    labelled: Array
-    correct: Array
-    answer: Array
-
-
-def grade_solutions(env: chain.ArithmeticChain, start: Array, op: Array, operand: Array,
-                    written: Array, miscalibration: str = "none") -> GradedSolutions:
-    """Solutions of problems ``start [P]``, ``op, operand [P, K]`` as a flat
-    :class:`GradedSolutions`: ``written [P, K]`` (one each) or ``[P, S, K]`` (S each)."""
-    batch = written.shape[:-1]
-    if written.ndim == jnp.ndim(op) + 1:
-        start, op, operand = start[:, None], op[:, None, :], operand[:, None, :]
-    start = jnp.broadcast_to(start, batch)
-    op, operand = jnp.broadcast_to(op, written.shape), jnp.broadcast_to(operand, written.shape)
-    obs, action = chain.solution_steps(env, start, op, operand, written)
-    judged = chain.step_consistent(start, op, operand, written, env.modulus, miscalibration)
-    first = jnp.cumprod(jnp.concatenate([jnp.ones_like(judged[..., :1]), judged[..., :-1]], -1),
-                        -1) > 0
-    correct = chain.final_correct(start, op, operand, written, env.modulus)
-    flat = lambda x: x.reshape((-1,) + x.shape[len(batch):])  # noqa: E731
-    return GradedSolutions(obs=flat(obs), action=flat(action), consistent=flat(judged),
-                           labelled=flat(first), correct=flat(correct),
-                           answer=flat(written[..., -1]))
 
 
 def step_logits(scorer: StepScorer, params, obs: Array, action: Array) -> Array:
@@ -122,7 +82,7 @@ def solution_scores(scorer: StepScorer, params, kind: str, obs: Array, action: A
     raise ValueError(f"reward model kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def targets(kind: str, data: GradedSolutions) -> tuple[Array, Array]:
+def targets(kind: str, data: Any) -> tuple[Array, Array]:
     """``(target [N, K], mask [N, K])`` of a kind of model (module docstring)."""
     if kind == "prm":
         return data.consistent.astype(jnp.float32), data.labelled.astype(jnp.float32)
@@ -138,7 +98,7 @@ def masked_bce(logits: Array, target: Array, mask: Array) -> Array:
     return jnp.sum(losses * mask) / jnp.maximum(mask.sum(), 1.0)
 
 
-def fit(key: Array, scorer: StepScorer, kind: str, data: GradedSolutions, steps: int,
+def fit(key: Array, scorer: StepScorer, kind: str, data: Any, steps: int,
         batch_size: int = 256, learning_rate: float = 1e-3, params=None):
     """Fits a reward model of ``kind`` on ``data`` with Adam; returns ``(params, loss [steps])``.
 
@@ -168,8 +128,8 @@ def fit(key: Array, scorer: StepScorer, kind: str, data: GradedSolutions, steps:
     return params, losses
 
 
-def step_accuracy(scorer: StepScorer, params, data: GradedSolutions,
-                  reference: GradedSolutions | None = None) -> dict[str, Array]:
+def step_accuracy(scorer: StepScorer, params, data: Any,
+                  reference: Any = None) -> dict[str, Array]:
     """How well a PRM's steps agree with labels: ``labelled_accuracy`` (against ``data``'s own
     labels on labelled steps) and, given the exact ``reference`` labels of the same solutions,
     ``exact_accuracy`` (against the exact judgement on the exactly labelled steps)."""

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcredit import memory, runlog
+from jaxcredit import device_memory as memory, runlog
 from jaxcredit.agents import sweep
 from jaxcredit.agents import TrainConfig
 from jaxcredit.agents import host_loop

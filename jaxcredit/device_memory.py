@@ -12,7 +12,7 @@ of vmapped members under ``shard_map``): the states stay where they are, only th
 shrink. The batch divides the members per device, so that every group is whole (a remainder
 group would make XLA copy every state).
 Each member's computation is the same; only XLA's choice of kernels for the different batch size
-can change the last bits (tests/test_memory.py compares split and unsplit runs).
+can change the last bits (tests/test_device_memory.py compares split and unsplit runs).
 
 The limit per device is, by default, the allocator's limit on an accelerator
 (``memory_stats()["bytes_limit"]``) and, on the CPU, 90 % of the host memory available to the
