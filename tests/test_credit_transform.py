@@ -156,3 +156,15 @@ def test_the_documented_loop_runs():
     # From 0.5 (zero weights) the exact model's credit learns the first action (seed 0 keys:
     # final mean 0.97 at 16 seeds); a loop whose credit ignored the delayed reward stays at 0.5.
     assert float(curves["hca_return, exact model"][:, -1].mean()) > 0.8
+
+
+def test_the_notebook_runs_the_documented_loop():
+    """notebooks/credit_in_your_loop.ipynb's loop is docs/credit.md's, cell for block (the
+    notebook itself runs in tests/test_notebooks.py)."""
+    import nbformat
+
+    notebook = nbformat.read(DOCS.parent / "notebooks" / "credit_in_your_loop.ipynb",
+                             as_version=4)
+    block = next(b for b in re.findall(r"```python\n(.*?)```", (DOCS / "credit.md").read_text(),
+                                       re.S) if "def make_train" in b)
+    assert block.rstrip() in [cell.source for cell in notebook.cells if cell.cell_type == "code"]

@@ -45,12 +45,12 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from jaxcredit import loggers as jaxlog
-from jaxcredit import distributed, memory, plotting, runlog, stats
+from jaxcredit import credit as credit_lib
+from jaxcredit import device_memory, distributed, plotting, runlog, stats
 from jaxcredit.agents import sweep
 from jaxcredit.agents.config import TrainConfig
 from jaxcredit.agents.train import make_engine
 from jaxcredit.checkpoint import Checkpointer
-from jaxcredit.exact.models import exact_model
 from jaxcredit.watchdog import ChunkWatchdog, maybe_stall
 
 
@@ -127,9 +127,9 @@ def memory_limit_bytes(memory_limit: str | int | None, mesh) -> int | None:
     if memory_limit is None or str(memory_limit).lower() == "off":
         return None
     if str(memory_limit).lower() == "auto":
-        limit = memory.device_limit(list(mesh.devices.flat))
+        limit = device_memory.device_limit(list(mesh.devices.flat))
     else:
-        limit = memory.parse_bytes(memory_limit)
+        limit = device_memory.parse_bytes(memory_limit)
     if jax.process_count() > 1:
         every = multihost_utils.process_allgather(np.int64(-1 if limit is None else limit))
         known = [int(v) for v in np.ravel(every) if v >= 0]
@@ -138,7 +138,7 @@ def memory_limit_bytes(memory_limit: str | int | None, mesh) -> int | None:
 
 
 def fit_chunk_programs(engine, lengths, mesh, state, hparams, limit, member_batch=None,
-                       recorded=None) -> tuple[dict, memory.Fitted]:
+                       recorded=None) -> tuple[dict, device_memory.Fitted]:
     """Compiles a program per chunk length, all with the member batch that fits ``limit``
     (fitted on the longest chunk). ``recorded`` is the batch of the run being resumed: kept when it
     still fits, so that the resumed run computes what the uninterrupted one did."""
@@ -151,28 +151,22 @@ def fit_chunk_programs(engine, lengths, mesh, state, hparams, limit, member_batc
     fitted = None
     if member_batch is None and recorded is not None:
         try:
-            fitted = memory.fit_program(compile_longest, members, limit, recorded)
+            fitted = device_memory.fit_program(compile_longest, members, limit, recorded)
         except ValueError:
             fitted = None  # the saved batch no longer fits here: choose again
     if fitted is None:
-        fitted = memory.fit_program(compile_longest, members, limit, member_batch)
+        fitted = device_memory.fit_program(compile_longest, members, limit, member_batch)
     programs = {n: _compiled_chunk(engine, n, mesh, state, hparams, fitted.member_batch)
                 for n in sorted(set(lengths))}
     return programs, fitted
 
 
 def check_oracle_settings(engine, settings) -> None:
-    """An oracle whose exact model is exact only for γ = 1 (the return hindsight) is refused
-    at any other γ (``exact.models``)."""
-    estimator = getattr(engine, "estimator", None)
-    if estimator is None:
-        return
-    if estimator.is_oracle and exact_model(estimator.exact_model).undiscounted_only:
-        gammas = sorted({float(s.get("gamma", 1.0)) for s in settings})
-        if gammas != [1.0]:
-            raise ValueError(f"{estimator.name} with model='oracle' needs gamma=1 (the exact "
-                             f"{estimator.exact_model.replace('_', ' ')} is that of the "
-                             f"undiscounted return); got gamma {gammas}")
+    """The credit transform's check of the run's γ values (``jaxcredit.credit.check_gammas``:
+    an oracle exact only at γ = 1 refuses any other)."""
+    credit = getattr(engine, "credit", None)
+    if credit is not None:
+        credit_lib.check_gammas(credit, [float(s.get("gamma", 1.0)) for s in settings])
 
 
 def chunk_lengths(num_updates: int, num_chunks: int, eval_every: int = 0) -> list[int]:
@@ -343,8 +337,8 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
     limit = memory_limit_bytes(memory_limit, mesh)
     programs, fitted = (fit_chunk_programs(engine, todo, mesh, jax.eval_shape(init, keys),
                                            hparams, limit, member_batch, saved.get("member_batch"))
-                        if todo else ({}, memory.Fitted(None, saved.get("member_batch"), None,
-                                                        limit)))
+                        if todo else ({}, device_memory.Fitted(
+                            None, saved.get("member_batch"), None, limit)))
     compile_seconds = time.perf_counter() - compile_start
 
     distributed.on_first_process(functools.partial(
@@ -449,12 +443,12 @@ def _saved_position(out: pathlib.Path) -> tuple[int | None, dict]:
         checkpointer.close()
 
 
-def _memory_line(fitted: memory.Fitted, members: int) -> str:
+def _memory_line(fitted: device_memory.Fitted, members: int) -> str:
     if fitted.memory is None:
         return ""
-    line = f"; {memory.format_bytes(fitted.memory.total)} per device"
+    line = f"; {device_memory.format_bytes(fitted.memory.total)} per device"
     if fitted.limit is not None:
-        line += f" (limit {memory.format_bytes(fitted.limit)})"
+        line += f" (limit {device_memory.format_bytes(fitted.limit)})"
     if fitted.member_batch is not None:
         line += f", {fitted.member_batch} of its {members} members at a time"
     return line

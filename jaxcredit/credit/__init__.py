@@ -25,10 +25,11 @@ from jaxcredit.credit.named import make, stage_context
 from jaxcredit.credit.scores import step_label_scores
 from jaxcredit.credit.trajectory import trajectory
 from jaxcredit.credit.transform import (Context, CreditHparams, CreditState, CreditTransform,
-                                        pipeline)
+                                        check_gammas, pipeline)
 
 __all__ = [
-    "Context", "CreditHparams", "CreditState", "CreditTransform", "ExactCredit", "credit_error",
+    "Context", "CreditHparams", "CreditState", "CreditTransform", "ExactCredit", "check_gammas",
+    "credit_error",
     "decisive_states", "make", "make_exact_credit", "pipeline", "stage_context",
     "step_label_scores", "trajectory",
 ]

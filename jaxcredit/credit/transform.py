@@ -131,9 +131,13 @@ class CreditHparams:
 class CreditTransform:
     """A credit pipeline as pure functions (module docstring).
 
+    Only ``init`` and ``update`` are needed: a transform written from scratch
+    (docs/extending.md) may carry any pytree as its state and leave the rest at their defaults.
+
     Attributes:
-      init: ``(key, example_trajectory) -> CreditState``; ``key`` is one key, or two (the
-        estimator's and the redistributor's model).
+      init: ``(key, example_trajectory) -> state`` (a :class:`CreditState` for the transforms
+        :func:`pipeline` builds, whose ``key`` may be one key or two: the estimator's and the
+        redistributor's model).
       update: ``(state, trajectory, key, hparams, context) -> (Credit, trajectory, state,
         metrics)``.
       assign: ``(params, trajectory, hparams, key) -> Credit``, differentiable.
@@ -147,17 +151,18 @@ class CreditTransform:
       twin: the exact-model twin of a fitted estimator, for the credit error (or None).
     """
 
-    init: Callable[[Array, Trajectory], CreditState]
-    update: Callable[..., tuple[Credit, Trajectory, CreditState, Metrics]]
-    assign: Callable[[Any, Trajectory, Any, Array], Credit]
-    credit_params: Callable[[CreditState, CreditState, Any, Context], Any]
-    diagnose: Callable[[CreditState, Trajectory, Any, Array, Context], Metrics]
-    diagnoses: bool
-    estimator: Estimator
-    relabeller: Optional[Relabeller]
-    redistributor: Optional[Redistributor]
-    exact: ExactCredit
-    twin: Optional[Estimator]
+    init: Callable[[Array, Trajectory], Any]
+    update: Callable[..., tuple[Credit, Trajectory, Any, Metrics]]
+    assign: Optional[Callable[[Any, Trajectory, Any, Array], Credit]] = None
+    credit_params: Optional[Callable[[Any, Any, Any, Context], Any]] = None
+    diagnose: Callable[[Any, Trajectory, Any, Array, Context], Metrics] = (
+        lambda state, trajectory, hparams, key, context=None: {})
+    diagnoses: bool = False
+    estimator: Optional[Estimator] = None
+    relabeller: Optional[Relabeller] = None
+    redistributor: Optional[Redistributor] = None
+    exact: ExactCredit = ExactCredit(None, None)
+    twin: Optional[Estimator] = None
 
 
 def pipeline(estimate: Estimator, *, relabel: Optional[Relabeller] = None,
@@ -452,3 +457,21 @@ def _exact_twin(estimator: Estimator, exact: ExactCredit, where: str, tabular_po
             or ground_truth is None or missing):
         return None
     return estimator.oracle()
+
+
+def check_gammas(transform: CreditTransform, gammas) -> None:
+    """Refuses, in one line, γ values the transform's exact models are not exact at: an oracle
+    whose exact model is that of the undiscounted return (the return hindsight) needs γ = 1.
+    The γ of a run are concrete numbers only outside the compiled program, so the caller checks
+    them once (the engine's host loop does, for every setting of a sweep)."""
+    estimator = transform.estimator
+    if estimator is None or not estimator.is_oracle:
+        return
+    if gt_lib.exact_model(estimator.exact_model).undiscounted_only:
+        gammas = sorted({float(g) for g in gammas})
+        if gammas != [1.0]:
+            raise ValueError(f"{estimator.name} with model='oracle' needs gamma=1 (the exact "
+                             f"{estimator.exact_model.replace('_', ' ')} is that of the "
+                             f"undiscounted return); got gamma "
+                             f"{', '.join(f'{g:.6g}' for g in gammas)}")
+

@@ -318,11 +318,16 @@ class ArithmeticChain(DiscreteEnv):
     miscalibrations = MISCALIBRATIONS
     correct_label = CORRECT
 
-    def graded_solutions(self, key: Array, slip, problems: int, samples: int,
+    def slip_rates(self, slip) -> Array:
+        """The noisy solver's slip rate per operator (``slip_rates_array``; a ValueError for a
+        rate outside [0, 1] or a list of the wrong length)."""
+        return slip_rates_array(self, slip)
+
+    def graded_solutions(self, key: Array, slip_rates: Array, problems: int, samples: int,
                          miscalibration: str = "none") -> "GradedSolutions":
-        """``samples`` noisy-solver solutions of each of ``problems`` random problems (slip
-        rates ``slip`` for +, − and ×), graded by the labeller ``miscalibration``."""
-        solutions = sample_solutions(key, self, slip_rates_array(self, slip), problems, samples)
+        """``samples`` noisy-solver solutions of each of ``problems`` random problems (the
+        solver's ``slip_rates``), graded by the labeller ``miscalibration``."""
+        solutions = sample_solutions(key, self, slip_rates, problems, samples)
         return grade_solutions(self, *solutions, miscalibration=miscalibration)
 
 

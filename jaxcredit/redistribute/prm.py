@@ -57,15 +57,14 @@ Array = jax.Array
 
 OUTCOMES = ("drop", "keep")
 # What the stage reads of a step-checked task (``step_checker``).
-STEP_CHECKED = ("step_judgement", "step_label", "graded_solutions", "miscalibrations",
-                "correct_label")
+STEP_CHECKED = ("step_judgement", "step_label", "slip_rates", "graded_solutions",
+                "miscalibrations", "correct_label")
 
 
 def step_checker(env: Any) -> Any:
     """The step-checked task inside ``env`` (through wrappers), or a ValueError: an environment
     that judges each step of a solution and samples graded solutions of its own
-    (``step_judgement``, ``step_label``, ``graded_solutions``, ``miscalibrations``,
-    ``correct_label``: ``jaxcredit.envs.arithmetic_chain.ArithmeticChain``)."""
+    (``STEP_CHECKED``: ``jaxcredit.envs.arithmetic_chain.ArithmeticChain``)."""
     inner, seen = env, 0
     while inner is not None and seen < 16:
         if all(hasattr(type(inner), name) for name in STEP_CHECKED):
@@ -137,6 +136,7 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
             raise ValueError(f"prm: {name} must be a positive integer, got {value}")
     if int(pretrain_steps) < 0:
         raise ValueError(f"prm: pretrain_steps must be >= 0, got {pretrain_steps}")
+    slip_rates = task.slip_rates(slip)
     scorer = models.StepScorer(task.num_actions, hidden)
     refit = str(refit).lower() in ("true", "1", "yes")
     oracle = model == "oracle"
@@ -148,7 +148,7 @@ def make_prm(model: str = "fitted", labeller: str = "exact", outcome: str = "dro
         if int(pretrain_steps) == 0:
             return scorer.init(key, example.obs[0, :1], example.action[0, :1])
         data_key, fit_key = jax.random.split(key)
-        data = task.graded_solutions(data_key, slip, counts["pretrain_problems"],
+        data = task.graded_solutions(data_key, slip_rates, counts["pretrain_problems"],
                                      counts["pretrain_samples"], miscalibration)
         params, _ = models.fit(fit_key, scorer, "prm", data, int(pretrain_steps),
                                counts["pretrain_batch"], float(pretrain_lr))
