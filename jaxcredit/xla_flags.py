@@ -11,7 +11,7 @@ The cause was found: a native stack of a frozen process showed two pool threads 
 each waiting for sub-tasks only the other could run; the batched QR came from the orthogonal
 initialisers under ``jax.vmap`` over seed keys. jaxcredit's initialisers now run a vmapped QR as a
 loop of unbatched ones (:func:`jaxcredit.networks.orthogonal`), and with XLA's default flags the
-programs that used to freeze finished every time (``python -m jaxcredit.bench.hangs``:
+programs that used to freeze finished every time (``python experiments/xla_cpu_hang/hangs.py``:
 ``results/hangs_cpu_default_flags.md``; flax's batched initialiser still hangs them,
 ``results/hangs_cpu_flax_init.md``). So XLA's defaults are jaxcredit's defaults again, and the
 flags remain available: ``JAXCREDIT_SAFE_XLA_CPU=1`` adds them (flags already in ``XLA_FLAGS``

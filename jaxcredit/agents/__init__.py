@@ -20,7 +20,7 @@ _LAZY = {
     "EnvRunner": "rollout", "EpisodeSummary": "rollout",
     "reset_runner": "rollout", "rollout": "rollout",
     "AgentState": "state", "TrainState": "state", "Window": "state",
-    "Engine": "train", "make_engine": "train", "make_train": "train",
+    "Engine": "runs", "make_engine": "train", "make_train": "train",
 }
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Counts XLA:CPU hangs: many runs per setting, each in a subprocess with a time limit.
 
-    python -m jaxcredit.bench.hangs --runs 5 --out results/hangs_cpu.md
-    python -m jaxcredit.bench.hangs --init flax --settings init-256 --runs 3   # the old init
+    python experiments/xla_cpu_hang/hangs.py --runs 5 --out results/hangs_cpu.md
+    python experiments/xla_cpu_hang/hangs.py --init flax --settings init-256 --runs 3  # old init
 
 A run *hangs* when it has not finished within ``--timeout`` seconds (every setting finishes in a
 few seconds when it does not hang). Settings: ``init-N`` is ``jax.jit(jax.vmap(engine.init))``
