@@ -87,11 +87,17 @@ class Registry:
         part is given its context; ``None`` entries are not passed.
         """
         factory = self.factory(name)
-        options = {**takes(factory, context or {}), **options}
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items())
+        unknown = unknown_options(factory, options, context or {})
+        if unknown:
+            raise ValueError(f"{self.kind} {name!r}: bad options {shown}: {unknown}")
+        given = {**takes(factory, context or {}), **options}
         try:
-            return factory(**options)
+            return factory(**given)
         except TypeError as err:
-            raise ValueError(f"{self.kind} {name!r}: bad options {options}: {err}") from None
+            # The user's options only: the context holds engine objects whose reprs mean
+            # nothing to the user.
+            raise ValueError(f"{self.kind} {name!r}: bad options {shown}: {err}") from None
 
 
 def describe(target: Any) -> str:
@@ -100,6 +106,29 @@ def describe(target: Any) -> str:
     text = " ".join((inspect.getdoc(target) or "").split("\n\n")[0].split())
     text = re.sub(r"\s*\((see )?(the )?module doc(string)?\)", "", text)
     return text
+
+
+def unknown_options(factory: Callable[..., Any], options: Mapping[str, Any],
+                    context: Mapping[str, Any]) -> str:
+    """Why some of ``options`` are not keywords of ``factory`` ("" if all are, or if it takes
+    ``**kwargs``): each unknown name with the closest option, and the options it has (the
+    keywords that are not the caller's context)."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return ""
+    if any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return ""
+    own = [k for k, p in parameters.items() if k not in context
+           and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    bad = [k for k in options if k not in parameters]
+    if not bad:
+        return ""
+    words = []
+    for k in bad:
+        close = difflib.get_close_matches(k, own, n=1)
+        words.append(f"no option {k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return "; ".join(words) + f"; its options: {', '.join(own) or 'none'}"
 
 
 def takes(factory: Callable[..., Any], context: Mapping[str, Any]) -> dict[str, Any]:

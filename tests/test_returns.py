@@ -565,3 +565,7 @@ def test_registry_errors():
         E.make_estimator("nstep", n=0)
     with pytest.raises(ValueError, match="bad options"):
         E.make_estimator("gae", colour="red")
+    # A misspelt option: one line with the closest name, and no repr of the engine's context.
+    with pytest.raises(ValueError, match=r"no option 'modle' \(did you mean 'model'\?\)") as err:
+        E.make_estimator("hca_return", {"env": object(), "horizon": 3}, modle="oracle")
+    assert "object at" not in str(err.value) and "\n" not in str(err.value)
