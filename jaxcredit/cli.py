@@ -43,7 +43,8 @@ from jaxcredit import compile_cache  # noqa: E402
 from jaxcredit.agents.config import TrainConfig  # noqa: E402
 from jaxcredit.flags import UsageError, flat, parse  # noqa: E402
 from jaxcredit.train_flags import (SweepArgs, TrainArgs, base_hparams,  # noqa: E402
-                                   build_config, resume_argv, resume_differences, sweep_settings)
+                                   build_config, given_flags, resume_argv, resume_differences,
+                                   sweep_settings)
 
 PROG = "jaxcredit"
 
@@ -69,6 +70,7 @@ class ListArgs:
 
     what: tyro.conf.Positional[str]
     """envs | estimators | objectives | relabellers | redistributors | algos"""
+
 
 
 def _default_out(config: TrainConfig) -> str:
@@ -101,7 +103,7 @@ def cmd_train(args, settings=None, swept=()) -> dict:
         if saved.exists():
             from jaxcredit import runlog  # noqa: PLC0415
 
-            changed = resume_differences(args, runlog.read_json(saved))
+            changed = resume_differences(args, runlog.read_json(saved), given_flags(_ARGV))
             if changed:
                 raise UsageError(f"--resume continues the saved run as it was configured; "
                                  f"these flags differ from it: {'; '.join(changed)}")
@@ -289,6 +291,11 @@ def dispatch(argv: list[str]):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return None
+    if argv[0] in ("--version", "-V"):
+        from jaxcredit import __version__  # noqa: PLC0415
+
+        print(f"{PROG} {__version__}")
+        return None
     command, rest = argv[0], argv[1:]
     prog = f"{PROG} {command}"
     if command in ("run", "diagnose"):
@@ -300,6 +307,8 @@ def dispatch(argv: list[str]):
     if command == "plot":
         return cmd_plot(parse(PlotArgs, rest, prog))
     if command == "list":
+        if not rest:
+            raise UsageError(f"{prog} needs what to list: one of {', '.join([*LISTS, 'algos'])}")
         return cmd_list(parse(ListArgs, rest, prog))
     if command == "run":
         return _lazy_main("jaxcredit.showcase")(rest)

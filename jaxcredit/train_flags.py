@@ -273,20 +273,29 @@ def _same(given: Any, saved: Any) -> bool:
     return given == saved
 
 
-def resume_differences(args: Any, saved: dict) -> list[str]:
+def given_flags(argv: Sequence[str]) -> set[str]:
+    """The flags written on a command line (``--algo ppo`` and ``--algo=ppo`` give ``--algo``)."""
+    return {word.split("=", 1)[0] for word in argv if word.startswith("--")}
+
+
+def resume_differences(args: Any, saved: dict, written: Sequence[str] = ()) -> list[str]:
     """The flags given to a ``--resume`` whose values differ from the saved run's, one entry
-    each (``--lr 0.001 (the run has 0.0003)``); flags at their defaults count as not given.
+    each (``--lr 0.001 (the run has 0.0003)``). A flag counts as given when it is among
+    ``written`` (the flags on the command line, :func:`given_flags`) or is not at its default:
+    ``--algo ppo`` written against a saved A2C run is refused though PPO is the default.
 
     Args:
       args: the parsed ``train`` / ``sweep`` arguments.
       saved: the run directory's ``config.json``.
+      written: the flags written on the command line.
     """
+    written = set(written)
     config = TrainConfig.from_dict(saved["config"]).flat()
     settings = saved.get("settings") or [{}]
     differences = []
     for f in flat_fields():
         given = getattr(args, f.name, None)
-        if not hasattr(args, f.name) or given == f.default:
+        if not hasattr(args, f.name) or (given == f.default and _flag(f.name) not in written):
             continue
         old = dict(config[f.name]) if f.name in OPTION_FIELDS else config[f.name]
         given = _config_value(f.name, given)
@@ -294,7 +303,7 @@ def resume_differences(args: Any, saved: dict) -> list[str]:
             differences.append(f"{_flag(f.name)} {given} (the run has {old})")
     for f in dataclasses.fields(Hparams):
         given = getattr(args, f.name, None)
-        if not hasattr(args, f.name) or given == _default(f):
+        if not hasattr(args, f.name) or (given == _default(f) and _flag(f.name) not in written):
             continue
         values = {float(np.float32(s.get(f.name, DEFAULTS[f.name]))) for s in settings}
         if len(values) > 1:
@@ -304,7 +313,8 @@ def resume_differences(args: Any, saved: dict) -> list[str]:
                                f"{settings[0].get(f.name, DEFAULTS[f.name])})")
     for name in RUN_SPEC_OPTIONS:
         given = getattr(args, name)
-        if given != _default(_RUN_FIELDS[name]) and given != saved.get(name, given):
+        if ((given != _default(_RUN_FIELDS[name]) or _flag(name) in written)
+                and given != saved.get(name, given)):
             differences.append(f"{_flag(name)} {given} (the run has {saved[name]})")
     return differences
 

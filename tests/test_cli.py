@@ -67,6 +67,7 @@ def run_cli(argv, capsys):
     (["train", *TINY, "--memory-limit", "1K"], "not even one member per device fits"),
     (["sweep", "--random", "lr=1e-2:1e-5:log"], "low 0.01 is above high 1e-05"),
     (["list", "colours"], "list what?"),
+    (["list"], "jaxcredit list needs what to list: one of envs, estimators"),
     (["sweep"], "a sweep needs --grid"),
     (["sweep", "--grid", "lr=fast"], "values must be numbers"),
     (["sweep", "--grid", "learning_rate=1"], "unknown hyper-parameter"),
@@ -97,6 +98,11 @@ def test_train_sweep_plot_and_resume(tmp_path, capsys):
                        "--estimator-option {'n': 3} (the run has {})"):
         assert difference in err, err
     assert "--num-seeds" not in err and "--num-steps" not in err
+    # A flag written at its default value is a flag given: --algo ppo (the default) against
+    # the saved A2C run is refused, not silently ignored.
+    code, err = run_cli(["train", *TINY[2:], "--algo", "ppo", "--num-seeds", "2", "--out",
+                         str(out), "--resume"], capsys)
+    assert code == 2 and "--algo ppo (the run has a2c)" in err, err
     # ... and takes the same command again with --resume added.
     assert cli.main(["train", *TINY, "--num-seeds", "2", "--out", str(out), "--resume"]) == 0
     assert "finished, 2 runs" in capsys.readouterr().out
@@ -307,3 +313,11 @@ def test_jaxcredit_run_end_to_end_at_a_tiny_size(tmp_path, capsys):
     assert "nan" not in gradients.lower()
     assert (out / "learning.png").stat().st_size > 1000
     assert f"wrote {out}" in printed
+
+
+def test_version(capsys):
+    from jaxcredit import __version__
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"jaxcredit {__version__}"
+

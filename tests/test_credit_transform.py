@@ -16,6 +16,7 @@ from jaxcredit.estimators import make_estimator
 from jaxcredit.fitting import FitSchedule
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+NOTEBOOK = DOCS.parent / "notebooks" / "credit_in_your_loop.ipynb"
 
 
 def _window(reward, terminated, truncated=None, value=None, next_value=None, actions=2):
@@ -142,13 +143,23 @@ def test_burn_in_is_counted_in_the_credit_state():
     assert int(state.count) == 3
 
 
-def test_the_documented_loop_runs():
-    """docs/credit.md's own actor-critic, with GAE, a fitted ``hca_return`` and its exact model
-    from the same loop, as written (4 seeds)."""
+def test_the_notebook_runs_the_documented_loop_and_it_learns():
+    """notebooks/credit_in_your_loop.ipynb, every code cell in order, in this process: its loop
+    cell is docs/credit.md's block as written (GAE, a fitted ``hca_return`` and its exact model
+    from one loop, 4 seeds), and its plot cell draws the curves. (tests/test_notebooks.py runs
+    the other notebooks in a kernel; this one runs here, once, so that its numbers are checked.)"""
+    import matplotlib
+    import nbformat
+
+    matplotlib.use("Agg")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    cells = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
     block = next(b for b in re.findall(r"```python\n(.*?)```", (DOCS / "credit.md").read_text(),
                                        re.S) if "def make_train" in b)
+    assert block.rstrip() in cells
     scope = {"__name__": "credit_loop"}
-    exec(compile(block, "docs/credit.md loop", "exec"), scope)
+    for index, source in enumerate(cells):
+        exec(compile(source, f"{NOTEBOOK.name} cell {index}", "exec"), scope)
     curves = scope["curves"]
     assert set(curves) == {"A2C+GAE", "hca_return, fitted", "hca_return, exact model"}
     for p in curves.values():
@@ -156,15 +167,4 @@ def test_the_documented_loop_runs():
     # From 0.5 (zero weights) the exact model's credit learns the first action (seed 0 keys:
     # final mean 0.97 at 16 seeds); a loop whose credit ignored the delayed reward stays at 0.5.
     assert float(curves["hca_return, exact model"][:, -1].mean()) > 0.8
-
-
-def test_the_notebook_runs_the_documented_loop():
-    """notebooks/credit_in_your_loop.ipynb's loop is docs/credit.md's, cell for block (the
-    notebook itself runs in tests/test_notebooks.py)."""
-    import nbformat
-
-    notebook = nbformat.read(DOCS.parent / "notebooks" / "credit_in_your_loop.ipynb",
-                             as_version=4)
-    block = next(b for b in re.findall(r"```python\n(.*?)```", (DOCS / "credit.md").read_text(),
-                                       re.S) if "def make_train" in b)
-    assert block.rstrip() in [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+    assert len(scope["ax"].lines) == 4  # three curves and the chance line
