@@ -4,6 +4,8 @@
 # but accelerator/wheels added, wheels.txt is complete for the lent machine.
 #
 #   bash accelerator/rehearse.sh            (needs PyPI for the venv and the wheels)
+#   bash accelerator/rehearse.sh --venv-only   (only step 1: `make test` builds the venv this way
+#                                            in the background while the suite runs)
 #
 # Steps, each timed:
 #   1. the venv (REHEARSE_VENV, default $TMPDIR/jaxcredit-image-venv): reused while its stamp
@@ -64,6 +66,10 @@ else
   echo "$want" > "$VENV/.image_stack.sha256"
 fi
 venv_s=$(( $(date +%s) - t0 ))
+if [ "${1:-}" = "--venv-only" ]; then
+  echo "rehearse.sh: venv ready in ${venv_s} s ($VENV)"
+  exit 0
+fi
 
 wheels_match() {
   local line name n=0
