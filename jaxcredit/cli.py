@@ -72,7 +72,6 @@ class ListArgs:
     """envs | estimators | objectives | relabellers | redistributors | algos"""
 
 
-
 def _default_out(config: TrainConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = config.estimator.name.replace(":", "_").replace("/", "_")

@@ -274,8 +274,17 @@ def _same(given: Any, saved: Any) -> bool:
 
 
 def given_flags(argv: Sequence[str]) -> set[str]:
-    """The flags written on a command line (``--algo ppo`` and ``--algo=ppo`` give ``--algo``)."""
-    return {word.split("=", 1)[0] for word in argv if word.startswith("--")}
+    """The flags written on a command line, as :func:`_flag` spells them: ``--algo ppo`` and
+    ``--algo=ppo`` give ``--algo``, ``--num_envs`` gives ``--num-envs``, and a boolean's
+    ``--no-layer-norm`` gives ``--layer-norm``."""
+    flags = set()
+    for word in argv:
+        if word.startswith("--"):
+            flag = "--" + word[2:].split("=", 1)[0].replace("_", "-")
+            flags.add(flag)
+            if flag.startswith("--no-"):
+                flags.add("--" + flag[5:])
+    return flags
 
 
 def resume_differences(args: Any, saved: dict, written: Sequence[str] = ()) -> list[str]:
@@ -296,6 +305,8 @@ def resume_differences(args: Any, saved: dict, written: Sequence[str] = ()) -> l
     for f in flat_fields():
         given = getattr(args, f.name, None)
         if not hasattr(args, f.name) or (given == f.default and _flag(f.name) not in written):
+            continue
+        if given is None and f.default is None:  # None: the preset's value, whatever it was
             continue
         old = dict(config[f.name]) if f.name in OPTION_FIELDS else config[f.name]
         given = _config_value(f.name, given)

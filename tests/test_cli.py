@@ -321,3 +321,10 @@ def test_version(capsys):
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"jaxcredit {__version__}"
 
+
+def test_written_flags_are_read_as_the_flags_they_are():
+    from jaxcredit.train_flags import given_flags
+
+    assert given_flags(["train", "--algo=ppo", "--num_envs", "4", "--no-layer-norm", "x"]) == {
+        "--algo", "--num-envs", "--no-layer-norm", "--layer-norm"}
+

@@ -55,21 +55,6 @@ def test_gae_by_hand_with_a_timeout():
     np.testing.assert_allclose(credit.advantage[:, 0], [0.95 + 0.45 * 1.3, 1.3], rtol=1e-6)
 
 
-def test_a_model_free_transform_is_jittable_and_vmaps_over_seeds():
-    transform = jc.make("gae")
-    traj = _window([1, 0, 1], [False, True, False], value=[0.1, 0.2, 0.3],
-                   next_value=[0.2, 0.0, 0.4])
-    keys = jax.random.split(jax.random.key(0), 3)
-    states = jax.vmap(transform.init, in_axes=(0, None))(keys, traj)
-    hp = jc.CreditHparams.create()
-    credit, _, states, _ = jax.jit(jax.vmap(transform.update, in_axes=(0, None, 0, None)))(
-        states, traj, keys, hp)
-    one, _, _, _ = transform.update(transform.init(keys[0], traj), traj, keys[0], hp)
-    assert credit.advantage.shape == (3, 3, 1)
-    np.testing.assert_allclose(credit.advantage[1], one.advantage, rtol=1e-6)
-    np.testing.assert_array_equal(states.count, [1, 1, 1])
-
-
 def _delayed_effect_window(transform, env, env_params, logits_fn, params, key):
     """A window of 2 whole DelayedEffect episodes under ``logits_fn``, as a loop would have it."""
     T, N = env_params.max_steps_in_episode, 2
@@ -115,6 +100,53 @@ def test_the_oracle_reads_a_policy_that_is_not_flax():
     np.testing.assert_allclose(credit.advantage[1:-1], 0.0, atol=1e-5)
     with pytest.raises(ValueError, match="policy_logits"):
         oracle.update(state, traj, jax.random.key(1), hp)
+
+
+def test_a_fitted_transform_is_jittable_and_vmaps_over_seeds():
+    """Three seeds in one program: each member's fitted model and credit are the ones a run of
+    that seed alone computes (its own init, its own fit keys)."""
+    env, env_params = make_env("DelayedEffect", n=3, sigma=1.0)
+    transform = jc.make("hca_return", env, env_params, fit=FitSchedule(steps=2))
+    traj = _delayed_effect_window(transform, env, env_params, lambda w, o: o @ w,
+                                  jnp.zeros((4, 2)), jax.random.key(0))
+    hp = jc.CreditHparams.create(gamma=1.0)
+    keys = jax.random.split(jax.random.key(1), 3)
+    states = jax.vmap(transform.init, in_axes=(0, None))(keys, traj)
+    credit, _, states, _ = jax.jit(jax.vmap(transform.update, in_axes=(0, None, 0, None)))(
+        states, traj, keys, hp)
+    alone, _, state, _ = jax.jit(transform.update)(transform.init(keys[1], traj), traj, keys[1],
+                                                   hp)
+    np.testing.assert_allclose(credit.advantage[1], alone.advantage, rtol=1e-5, atol=1e-6)
+    for batched, single in zip(jax.tree.leaves(states.estimator.params),
+                               jax.tree.leaves(state.estimator.params)):
+        np.testing.assert_allclose(batched[1], single, rtol=1e-5, atol=1e-6)
+    # The seeds differ: their models start from different keys.
+    assert not np.allclose(credit.advantage[0], credit.advantage[1])
+    np.testing.assert_array_equal(states.count, [1, 1, 1])
+
+
+def test_a_relabelled_window_gets_the_critics_values_anew():
+    """The relabel stage runs first and ``Context.values`` re-evaluates the critic on what it
+    wrote, so the credit reads values of the relabelled observations."""
+    from jaxcredit.relabel import Relabeller
+
+    ones = Relabeller(name="ones", relabel=lambda t, key: t.replace(obs=jnp.ones_like(t.obs)))
+    transform = jc.pipeline(make_estimator("gae"), relabel=ones)
+    traj = _window([0.0, 0.0], [False, True])  # obs zeros [2, 1, 3]
+
+    def values(t):  # a critic V(o) = Σ o: 3 on the relabelled observations, 0 before
+        v = t.obs.sum(-1)
+        return t.replace(value=v, next_value=v)
+
+    hp = jc.CreditHparams.create(gamma=1.0, lambda_=1.0)
+    credit, relabelled, _, _ = transform.update(transform.init(jax.random.key(0), traj), traj,
+                                                jax.random.key(1), hp, jc.Context(values=values))
+    np.testing.assert_allclose(relabelled.value, 3.0)
+    # A_0 = r_0 + V(s_1) − V(s_0) + ... with the episode ending at t = 1: G = 0, A = −3.
+    np.testing.assert_allclose(credit.advantage[:, 0], [-3.0, -3.0])
+    stale, _, _, _ = transform.update(transform.init(jax.random.key(0), traj), traj,
+                                      jax.random.key(1), hp)
+    np.testing.assert_allclose(stale.advantage, 0.0)  # no critic given: the values kept
 
 
 def test_burn_in_is_counted_in_the_credit_state():

@@ -172,9 +172,12 @@ def make_engine(config: TrainConfig, env: Any = None, env_params: Any = None):
     def lr_scale(state: TrainState, anneal: bool):
         return 1.0 - state.update.astype(jnp.float32) / config.num_updates if anneal else 1.0
 
-    def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array):
+    def assign_credit(state: TrainState, traj: Trajectory, hparams: Hparams, key: Array,
+                      window: Optional[Window] = None):
+        """The credit transform's update at the state's policy; with the ``window`` the
+        trajectory came from, a relabel stage's window gets the critic's values anew."""
         new, traj, credit_state, metrics = credit.update(state.credit, traj, key, hparams,
-                                                         credit_context(state))
+                                                         credit_context(state, window))
         return traj, new, state.replace(credit=credit_state), metrics
 
     def agent_loss(agent_params, traj: Trajectory, assigned: Credit, hparams: Hparams):

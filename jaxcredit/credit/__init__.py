@@ -7,7 +7,8 @@
     transform = jc.make("gae")                                   # or "hca_return", model="oracle"
     state = transform.init(key, example_trajectory)
     credit, trajectory, state, metrics = transform.update(state, trajectory, key, hparams,
-                                                          jc.Context(policy_logits, params))
+                                                          jc.Context(policy_params=params,
+                                                                     policy_logits=fn))
 
 * :mod:`jaxcredit.credit.transform`: :class:`CreditTransform`, :class:`CreditState`,
   :class:`Context`, :func:`pipeline` (a transform from stages);

@@ -19,7 +19,7 @@ from jaxcredit.relabel import make_relabeller
 # The keywords of ``make`` that go to ``pipeline``; every other one is an estimator option.
 PIPELINE_KEYWORDS = ("fit", "redistribute_fit", "burn_in", "pretrain_steps",
                      "assign_before_fit", "num_updates", "episodic", "tabular_policy",
-                     "diagnostics", "where")
+                     "diagnostics", "exact", "where")
 
 
 def stage_context(env: Any = None, env_params: Any = None, group_size: int = 1,
@@ -43,12 +43,15 @@ def make(estimator: str, env: Any = None, env_params: Any = None, *,
 
     The keywords of :func:`jaxcredit.credit.pipeline` (``fit``, ``burn_in``, ``num_updates``, ...)
     go there; ``env`` and ``env_params`` reach the stage factories and the exact models.
-    One-line ValueErrors for a bad name, option or combination.
+    One-line ValueErrors for a bad name, option or combination. An oracle's γ is checked by
+    :func:`jaxcredit.credit.check_gammas` (the γ are known only when the caller has them).
     """
     if env is not None and env_params is None:
         env_params = env.default_params
     context = stage_context(env, env_params, group_size, action_distribution)
     schedule = {k: options.pop(k) for k in PIPELINE_KEYWORDS if k in options}
+    if group_size > 1:  # groups of whole episodes: the columns are episodes
+        schedule.setdefault("episodic", True)
     return pipeline(
         make_estimator(estimator, context, **options),
         relabel=(make_relabeller(relabel, context, **dict(relabel_options)) if relabel

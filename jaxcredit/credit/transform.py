@@ -181,6 +181,8 @@ def pipeline(estimate: Estimator, *, relabel: Optional[Relabeller] = None,
         "oracle"``) reads the exact model of the current policy every update.
       relabel, redistribute: the optional stages.
       env, env_params: the environment, for the exact models (oracles, credit error); None: none.
+        An oracle of the return hindsight is exact only at γ = 1 (elsewhere its credit is NaN):
+        :func:`check_gammas` refuses the γ values it is not exact at, outside the program.
       fit, redistribute_fit: how the estimator's and the redistributor's models are fitted each
         update (``jaxcredit.fitting.FitSchedule``).
       burn_in: updates at the start during which the models are not fitted.
@@ -207,6 +209,10 @@ def pipeline(estimate: Estimator, *, relabel: Optional[Relabeller] = None,
     if exact_redistributor and reference is None:
         raise ValueError(f"redistribute stage {redistributor.name!r} with model=oracle needs an "
                          f"environment with exact ground truth; {where} has none")
+    if relabeller is not None and relabeller.needs_replay:
+        raise ValueError(f"relabel stage {relabeller.name!r} relabels replayed transitions; the "
+                         f"credit transform relabels the fresh on-policy window, where a policy "
+                         f"gradient on relabelled goals would be off-policy")
     if pretrain_steps and not burn_in:
         raise ValueError("pretraining fits on the burn-in windows: set burn_in > 0")
     for schedule in (fit, redistribute_fit):
