@@ -30,19 +30,14 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.python
 run: $(VENV)/.installed
 	$(BIN)/jaxcredit run
 
-# The whole suite on $(PYTHON), then the other end of the supported range: Python 3.12 with
-# JAX 0.11 in a venv holding only a GPU machine's preinstalled stack, where the GPU script is
-# rehearsed at a smoke size and the engine, a command-line train, sweep and resume are tested (accelerator/rehearse.sh; skipped with a
+# The whole suite on $(PYTHON). Its first test, tests/test_accelerator_rehearsal.py, checks the
+# other end of the range: Python 3.12 with JAX 0.11 in a venv holding only a GPU machine's
+# preinstalled stack, where the GPU script is rehearsed at a smoke size and the engine, a
+# command-line train, sweep and resume are tested (accelerator/rehearse.sh; skipped with a
 # message where no Python 3.12 is found, unless REQUIRE_OTHER_END=1 as in CI).
-# The rehearsal's venv (mostly downloads) is built in the background while the suite runs; the
-# rehearsal then reuses it, or builds it again in the foreground if that failed (its log is shown).
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check jaxcredit tests experiments accelerator
-	@bash accelerator/rehearse.sh --venv-only > $(VENV)/rehearse-venv.log 2>&1 & venv=$$!; \
-	  echo "$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25"; \
-	  $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25; status=$$?; \
-	  wait $$venv || cat $(VENV)/rehearse-venv.log; exit $$status
-	bash accelerator/rehearse.sh
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 bench: $(VENV)/.installed
 	$(BIN)/jaxcredit bench estimators

@@ -4,8 +4,7 @@
 # but accelerator/wheels added, wheels.txt is complete for the lent machine.
 #
 #   bash accelerator/rehearse.sh            (needs PyPI for the venv and the wheels)
-#   bash accelerator/rehearse.sh --venv-only   (only step 1: `make test` builds the venv this way
-#                                            in the background while the suite runs)
+#   bash accelerator/rehearse.sh --venv-only   (only step 1)
 #
 # Steps, each timed:
 #   1. the venv (REHEARSE_VENV, default $TMPDIR/jaxcredit-image-venv): reused while its stamp
@@ -19,8 +18,9 @@
 #      appended, still no more than 8 files;
 #   5. a call with a budget too small for any part: each one skipped by its estimate;
 #   6. without --allow-cpu on a CPU: run.sh refuses with one line;
-#   7. the other end of jaxcredit's supported range (`make test` runs this script after the
-#      suite, which runs on the machine's python3): pip, asked to install jaxcredit into this
+#   7. the other end of jaxcredit's supported range (`make test` runs this script as the
+#      suite's first test, tests/test_accelerator_rehearsal.py; the suite runs on the
+#      machine's python3): pip, asked to install jaxcredit into this
 #      Python 3.12 + JAX 0.11 venv, would keep its JAX; and the public API, a training run
 #      from the command line, a sweep, a plot and a resume pass their tests here.
 # Every OUT is removed at the end unless KEEP=1. With no Python 3.12 on the machine the script

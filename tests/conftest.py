@@ -104,8 +104,8 @@ _SESSION_CACHE = "JAXCREDIT_TEST_SESSION_CACHE"
 # often ran them alone at the end. The files below go first instead, longest first (measured on
 # a 2-core machine; only the order depends on this list), and the others fill in after them.
 _LONGEST_FIRST = (
-    "test_bench.py", "test_engine_golden.py", "test_process_supervision.py", "test_rudder.py",
-    "test_cocoa.py",
+    "test_accelerator_rehearsal.py", "test_bench.py", "test_engine_golden.py",
+    "test_process_supervision.py", "test_rudder.py", "test_cocoa.py",
     "test_hca.py", "test_notebooks.py", "test_dqn.py", "test_agents.py", "test_distributed.py",
     "test_crash_safety.py", "test_cli.py", "test_agents_learning.py", "test_sweep.py",
     "test_returns.py", "test_her.py", "test_fitting.py", "test_evaluation.py", "test_docs.py",
