@@ -50,10 +50,11 @@ def test_shift_lambda_by_hand():
 def _play(env, params, key, actions):
     """Steps ``actions`` from a reset; returns obs, final observations, rewards, ends."""
     obs, state = env.reset(key, params)
+    step = jax.jit(env.step)  # one wrapper: a new one per step would compile the step again
     rows = []
     for a in actions:
         key, k = jax.random.split(key)
-        nobs, state, r, term, trunc, info = jax.jit(env.step)(k, state, a, params)
+        nobs, state, r, term, trunc, info = step(k, state, a, params)
         rows.append((obs, info["final_observation"], float(r), bool(term), bool(trunc)))
         obs = nobs
     return rows

@@ -102,13 +102,14 @@ def test_the_memory_is_zeroed_where_an_episode_starts(policy):
     params = net.init(jax.random.key(0), jnp.zeros((2, 2)))
     obs = jax.random.uniform(jax.random.key(1), (5, 2, 2))
     first = jnp.zeros((5, 2), bool).at[3].set(True)
-    full, _ = net.outputs(params, net.initial_memory(2), obs, first)
+    outputs = jax.jit(net.outputs)  # one program per window length, not one per operation
+    full, _ = outputs(params, net.initial_memory(2), obs, first)
     # From step 3 on, the outputs are those of a fresh episode started there...
     start = jnp.zeros((2, 2), bool).at[0].set(True)
-    fresh, _ = net.outputs(params, net.initial_memory(2), obs[3:], start)
+    fresh, _ = outputs(params, net.initial_memory(2), obs[3:], start)
     np.testing.assert_allclose(full[3:], fresh, atol=1e-6)
     # ... and before it they depend on the history (the network has a memory at all).
-    later, _ = net.outputs(params, net.initial_memory(2), obs[1:3], start)
+    later, _ = outputs(params, net.initial_memory(2), obs[1:3], start)
     assert not np.allclose(full[2], later[1], atol=1e-4)
 
 

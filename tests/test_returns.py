@@ -431,8 +431,8 @@ def test_rlax_named_estimators_accept_rlax_signatures():
 def test_scan_equals_associative_float32(T):
     rng = np.random.default_rng(T)
     r, v, nv, term, trunc = random_window(rng, (T, 8), 0.02, 0.02)
-    a_scan, t_scan = E.gae(r, v, nv, term, trunc, 0.99, 0.95, method="scan")
-    a_assoc, t_assoc = E.gae(r, v, nv, term, trunc, 0.99, 0.95, method="associative")
+    a_scan, t_scan = gae_jit(r, v, nv, term, trunc, 0.99, 0.95, method="scan")
+    a_assoc, t_assoc = gae_jit(r, v, nv, term, trunc, 0.99, 0.95, method="associative")
     scale = np.maximum(np.abs(np.asarray(a_scan)), 1.0)
     assert np.max(np.abs(np.asarray(a_scan) - np.asarray(a_assoc)) / scale) < 1e-5
     scale = np.maximum(np.abs(np.asarray(t_scan)), 1.0)
