@@ -10,7 +10,7 @@ index of s_t); step-label scores ``extras["label"]``; memory-reading stages ``ag
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -57,3 +57,51 @@ def trajectory(obs: Array, action: Array, reward: Array, terminated: Array, *, l
         next_value=zeros if next_value is None else next_value,
         log_prob=log_prob, logits=logits, next_obs=next_obs, state=state, extras=extras)
 
+
+
+def rollout(env: Any, env_params: Any, key: Array, policy_logits: Callable[[Any, Array], Array],
+            policy_params: Any, *, num_envs: int, num_steps: int,
+            value: Optional[Callable[[Any, Array], Array]] = None,
+            exact: Any = None) -> Trajectory:
+    """A window of ``num_steps`` steps in ``num_envs`` freshly reset environments, acting by
+    sampling ``policy_logits(policy_params, obs)``: the trajectory a transform reads.
+
+    For trying a transform, building ``init``'s example window, or a held-out window for
+    ``transform.diagnose``. A training loop keeps its environments running between windows
+    instead (docs/credit.md's loop); this one resets them. gymnax resets an episode that ends
+    inside the window, so episodes of any length fit.
+
+    Args:
+      env, env_params: a gymnax environment (``jaxcredit.envs.make``).
+      key: the reset, action and step randomness.
+      policy_logits: any function ``(params, obs [N, *obs]) -> logits [N, A]``.
+      policy_params: its parameters.
+      num_envs, num_steps: the window's ``N`` and ``T``.
+      value: the critic ``(params, obs) -> [N]`` evaluated at ``policy_params`` for ``value``
+        and ``next_value``; default none (0).
+      exact: a transform's :class:`~jaxcredit.credit.exact.ExactCredit` (``transform.exact``):
+        fills ``state`` with the tabular index of each s_t, for the oracles and the credit error.
+    """
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    reset_key, key = jax.random.split(key)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(reset_key, num_envs), env_params)
+
+    def one_step(carry, step_key):
+        obs, env_state = carry
+        act_key, env_key = jax.random.split(step_key)
+        logits = policy_logits(policy_params, obs)
+        action = jax.random.categorical(act_key, logits)
+        next_obs, next_state, reward, terminated, truncated, info = step_envs(
+            jax.random.split(env_key, num_envs), env_state, action, env_params)
+        record = dict(obs=obs, action=action, reward=reward, terminated=terminated,
+                      truncated=truncated, logits=logits, env_state=env_state,
+                      next_obs=info["final_observation"])
+        return (next_obs, next_state), record
+
+    _, w = jax.lax.scan(one_step, (obs, env_state), jax.random.split(key, num_steps))
+    critic = (lambda o: None) if value is None else (lambda o: value(policy_params, o))
+    return trajectory(w["obs"], w["action"], w["reward"], w["terminated"],
+                      truncated=w["truncated"], logits=w["logits"], value=critic(w["obs"]),
+                      next_value=critic(w["next_obs"]), next_obs=w["next_obs"],
+                      state=None if exact is None else exact.index(w["env_state"]))
