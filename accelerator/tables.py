@@ -2,7 +2,7 @@
 time budget: the driver of ``accelerator/run.sh`` (docs/scaling.md, "Running on a lent GPU").
 
     python3 accelerator/tables.py --size gpu --out DIR --deadline EPOCH_SECONDS [--allow-cpu]
-    python3 accelerator/tables.py --render DIR > RESULTS.md     # the tables of DIR as markdown
+    python3 accelerator/tables.py --render DIR --into RESULTS.md   # DIR's tables, in RESULTS.md
 
 A lent GPU gives about 15 minutes in all, its start included, and forgets everything
 between calls. So the tables are cut into *parts* (one shape, one race), each with a time
@@ -450,6 +450,21 @@ def render(out: pathlib.Path) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+START, END = "<!-- gpu tables: start", "<!-- gpu tables: end -->"
+
+
+def into_section(document: str, rendered: str) -> str:
+    """``document`` with the text between its gpu-tables markers replaced by ``rendered``, each
+    heading one level down (the rendered page's ``#`` title becomes a ``##`` section's text)."""
+    start, end = document.find(START), document.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no '{START} ... -->' and '{END}' markers to write between")
+    start = document.index("-->", start) + len("-->")
+    body = "\n".join("#" + line if line.startswith("#") else line
+                     for line in rendered.strip().splitlines()[1:])  # the section has a title
+    return document[:start] + "\n" + body.strip() + "\n" + document[end:]
+
+
 # ----------------------------------------------------------------------------------------------
 # The tables' parts
 # ----------------------------------------------------------------------------------------------
@@ -829,11 +844,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-purejaxrl", action="store_true",
                         help="let the gpu size race without PureJaxRL")
     parser.add_argument("--render", metavar="DIR", help="print the markdown of DIR's tables")
+    parser.add_argument("--into", metavar="FILE",
+                        help="with --render: write them into FILE between its gpu-tables "
+                             "markers (RESULTS.md's section 'On a GPU') instead of printing")
     parser.add_argument("--check", metavar="DIR",
                         help="exit 1 unless every part of --size is done in DIR (rehearse.sh)")
     args = parser.parse_args(argv)
     if args.render:
-        sys.stdout.write(render(pathlib.Path(args.render)))
+        text = render(pathlib.Path(args.render))
+        if not args.into:
+            sys.stdout.write(text)
+            return 0
+        try:
+            write_atomic(pathlib.Path(args.into), into_section(
+                pathlib.Path(args.into).read_text(), text))
+        except (OSError, ValueError) as error:
+            print(f"tables.py: {error}", file=sys.stderr)
+            return 2
         return 0
     if args.check:
         return check(pathlib.Path(args.check), args.size)

@@ -13,6 +13,7 @@ REQUIRE_OTHER_END=1 (.ci/run), when that fails.
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -45,3 +46,31 @@ def test_the_accelerator_script_rehearses_under_python_312_and_jax_011():
     assert proc.returncode == 0, output[-6000:]
     assert "rehearse.sh: passed." in proc.stdout, output[-6000:]
     print(proc.stdout.strip().splitlines()[-1])  # the timings, for --durations readers
+
+
+def _tables():
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("accelerator_tables",
+                                                  ROOT / "accelerator" / "tables.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_tables_go_into_results_md_between_its_markers(tmp_path):
+    """``tables.py --render DIR --into RESULTS.md`` replaces only RESULTS.md's GPU section, its
+    headings one level down, and a second write of the same tables changes nothing."""
+    tables = _tables()
+    document = (ROOT / "RESULTS.md").read_text()
+    written = tables.into_section(document, tables.render(tmp_path))  # no table run yet
+    start, end = written.index(tables.START), written.index(tables.END)
+    before, after = document.index(tables.START), document.index(tables.END)
+    assert written[:start] == document[:before] and written[end:] == document[after:]
+    section = written[start:end]
+    assert "### 1. Estimator speed" in section and "Not run yet." in section
+    assert "\n# " not in section and "\n## " not in section
+    assert tables.into_section(written, tables.render(tmp_path)) == written
+    with pytest.raises(ValueError, match="markers"):
+        tables.into_section("# no markers\n", tables.render(tmp_path))

@@ -1,5 +1,6 @@
-"""The documentation runs: every ``python`` block of docs/extending.md executes as written, the
-README's training example learns, and the docstring examples give the output they show."""
+"""The documentation runs: every ``python`` block of docs/extending.md executes as written, every
+``python`` block of the README runs and gives what it says (the training example learns), and the
+docstring examples give the output they show."""
 
 import pathlib
 import re
@@ -18,6 +19,36 @@ def test_extending_has_examples():
 def test_extending_example_runs(index):
     exec(compile(BLOCKS[index], f"docs/extending.md block {index}", "exec"),
          {"__name__": "extending_example"})
+
+
+README_BLOCKS = re.findall(r"```python\n(.*?)```", (DOCS.parent / "README.md").read_text(), re.S)
+
+
+def test_every_readme_python_block_is_checked():
+    """Each block of the README is run by one of the tests below (the tour's three)."""
+    assert len(README_BLOCKS) == 3
+    assert "E.gae" in README_BLOCKS[0] and "jc.make" in README_BLOCKS[1]
+    assert "make_train" in README_BLOCKS[2]
+
+
+def test_readme_estimator_example_prints_the_discounted_credit(capsys):
+    exec(compile(README_BLOCKS[0], "README.md estimator example", "exec"), {"__name__": "x"})
+    printed = [float(x) for x in capsys.readouterr().out.strip("[] \n").split()]
+    assert printed == pytest.approx([0.9 ** 4, 0.9 ** 3, 0.9 ** 2, 0.9, 1.0], abs=1e-4)
+
+
+def test_readme_credit_transform_example_gives_the_exact_credit(capsys):
+    """The oracle's credit of the first action at the uniform policy on DelayedEffect (reward 1
+    for the right first action, 0 else): +0.5 where it was right, -0.5 where it was wrong; the
+    fitted model's is smaller after its first fit."""
+    scope = {"__name__": "readme_credit_example"}
+    exec(compile(README_BLOCKS[1], "README.md credit example", "exec"), scope)
+    lines = dict(line.split(" ", 1) for line in capsys.readouterr().out.strip().splitlines())
+    assert set(lines) == {"mlp", "oracle"}
+    oracle = [float(x) for x in lines["oracle"].strip("[] ").split()]
+    assert sorted(set(oracle)) in ([-0.5, 0.5], [0.5], [-0.5]) and len(oracle) == 4
+    fitted = [abs(float(x)) for x in lines["mlp"].strip("[] ").split()]
+    assert max(fitted) < 0.5
 
 
 def test_readme_training_example_runs():

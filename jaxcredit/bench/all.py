@@ -17,7 +17,7 @@ estimators`` and ``bench train``):
 3. the learned credit stages' cost per env step: fitted estimators against A2C+GAE, RUDDER
    against PPO+GAE.
 
-and writes ``all.json`` (every timing) and ``all.md`` (the tables, ready for the README) into
+and writes ``all.json`` (every timing) and ``all.md`` (the tables, ready for RESULTS.md) into
 ``--out`` (default ``results/bench_all_<size>``). The ``gpu`` size is planned to take under
 8 minutes on one recent GPU; it has not been run on one yet.
 """
