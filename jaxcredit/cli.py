@@ -42,7 +42,8 @@ import tyro  # noqa: E402
 from jaxcredit import compile_cache  # noqa: E402
 from jaxcredit.agents.config import TrainConfig  # noqa: E402
 from jaxcredit.flags import UsageError, flat, parse  # noqa: E402
-from jaxcredit.train_flags import (SweepArgs, TrainArgs, base_hparams,  # noqa: E402
+from jaxcredit.train_flags import (SweepArgs, TrainArgs, apply_recommended_settings,  # noqa: E402
+                                   base_hparams,
                                    build_config, given_flags, resume_argv, resume_differences,
                                    sweep_settings)
 
@@ -78,7 +79,9 @@ def _default_out(config: TrainConfig) -> str:
     return f"runs/{config.algo}-{name}-{config.env}-{stamp}"
 
 
-def cmd_train(args, settings=None, swept=()) -> dict:
+def cmd_train(args, settings=None, swept=(), recommended=None) -> dict:
+    """``recommended``: the environment's recommended settings applied to ``args``
+    (:func:`~jaxcredit.train_flags.apply_recommended_settings`), said and recorded here."""
     if args.watchdog_multiple < 0 or args.watchdog_floor < 0 or args.max_restarts < 0:
         raise UsageError("--watchdog-multiple, --watchdog-floor and --max-restarts must be >= 0")
     multiprocess = check_multiprocess_flags(args)
@@ -113,10 +116,16 @@ def cmd_train(args, settings=None, swept=()) -> dict:
     config = build_config(args)
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
+    source = f"{args.env}'s recommended settings"
+    if recommended:
+        print(f"note: {source} for the flags not given: "
+              + " ".join(f"{name}={_setting(value)}" for name, value in recommended.items()),
+              file=sys.stderr)
     host_loop = _host_loop(args, multiprocess)
     spec = host_loop.RunSpec(settings=tuple(settings or [base_hparams(args)]),
                              num_seeds=args.num_seeds, seed=args.seed,
-                             num_chunks=args.num_chunks, swept=tuple(swept))
+                             num_chunks=args.num_chunks, swept=tuple(swept),
+                             defaults_from=tuple((name, source) for name in recommended or ()))
     summary = _report(host_loop.run_experiment(config, spec, args.out or _default_out(config),
                                                force=args.force, progress=args.progress,
                                                max_chunks=args.stop_after_chunks,
@@ -127,6 +136,10 @@ def cmd_train(args, settings=None, swept=()) -> dict:
               f"updates × {config.steps_per_update} env steps = {steps} steps per seed",
               file=sys.stderr)
     return summary
+
+
+def _setting(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def check_multiprocess_flags(args) -> bool:
@@ -200,8 +213,10 @@ def _report(summary: dict) -> dict:
     if jax.process_index() != 0:
         return summary
     state = "finished" if summary["finished"] else f"stopped at update {summary['updates']}"
+    task = "".join(f", {name} {value:.4g}" for name, value in
+                   summary.get("task_finals", {}).items())
     print(f"{summary['out']}: {state}, {summary['members']} runs, "
-          f"final mean {summary['metric']} {summary['final_return']:.4g}")
+          f"final mean {summary['metric']} {summary['final_return']:.4g}{task}")
     program, host = summary.get("program_seconds", 0.0), summary.get("host_seconds", 0.0)
     if program + host > 0:
         print(f"time: {program:.1f} s in the compiled program, {host:.1f} s outside it "
@@ -220,8 +235,9 @@ def _report(summary: dict) -> dict:
 def cmd_sweep(args) -> dict:
     if args.resume:
         return cmd_train(args)
+    recommended = apply_recommended_settings(args, given_flags(_ARGV))
     settings, swept = sweep_settings(args)
-    return cmd_train(args, settings, swept)
+    return cmd_train(args, settings, swept, recommended)
 
 
 def cmd_plot(args: PlotArgs) -> None:
@@ -300,7 +316,9 @@ def dispatch(argv: list[str]):
     if command in ("run", "diagnose"):
         compile_cache.enable()  # jaxcredit.compile_cache; benchmarks time compiles, so not bench
     if command == "train":
-        return cmd_train(parse(TrainArgs, rest, prog))
+        args = parse(TrainArgs, rest, prog)
+        return cmd_train(args, recommended=None if args.resume else
+                         apply_recommended_settings(args, given_flags(_ARGV)))
     if command == "sweep":
         return cmd_sweep(parse(SweepArgs, rest, prog))
     if command == "plot":

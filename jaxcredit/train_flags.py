@@ -183,9 +183,15 @@ def _generated(name: str, sources: Sequence[type]) -> type:
 
 
 TrainArgs = _generated("TrainArgs", (TrainConfig, Hparams, RunOptions))
-TrainArgs.__doc__ = "Train one configuration over several seeds (one compiled, sharded program)."
+_RECOMMENDED = (" An environment with ground truth may recommend settings (DelayedEffect: "
+                "whole-episode windows, lr 3e-3 not annealed, gamma 1, evaluation on); they "
+                "apply where no flag is given, are printed, and are recorded in the run's "
+                "config.json (defaults_from).")
+TrainArgs.__doc__ = ("Train one configuration over several seeds (one compiled, sharded "
+                     "program)." + _RECOMMENDED)
 SweepArgs = _generated("SweepArgs", (TrainConfig, Hparams, RunOptions, SweepOptions))
-SweepArgs.__doc__ = "Train a grid or a random sample of hyper-parameters × seeds in one program."
+SweepArgs.__doc__ = ("Train a grid or a random sample of hyper-parameters × seeds in one "
+                     "program." + _RECOMMENDED)
 
 
 def hp_name(name: str) -> str:
@@ -271,6 +277,36 @@ def _same(given: Any, saved: Any) -> bool:
     if isinstance(given, numbers) and isinstance(saved, numbers):
         return bool(np.float32(given) == np.float32(saved))  # Hparams leaves are float32
     return given == saved
+
+
+def apply_recommended_settings(args: Any, written: set[str]) -> dict[str, Any]:
+    """Sets on parsed ``train`` / ``sweep`` arguments the environment's recommended settings
+    (``env.recommended_settings(params)``, e.g. DelayedEffect's whole-episode windows and rate)
+    that no flag on the command line sets, and returns those it changed, ``{field: value}``.
+
+    Only the command line reads them: a ``TrainConfig`` built in Python and the experiments,
+    which set everything, keep the engine's defaults. An environment that cannot be built
+    changes nothing here (building the config reports it in one line).
+
+    Args:
+      args: the parsed arguments.
+      written: the flags written on the command line (:func:`given_flags`).
+    """
+    from jaxcredit import envs  # noqa: PLC0415
+
+    try:
+        env, params = envs.make(args.env, **dict(parse_options(flat(args.env_options),
+                                                               "--env-option")))
+    except Exception:  # noqa: BLE001 (reported when the config is built)
+        return {}
+    recommend = getattr(env, "recommended_settings", None)
+    applied = {}
+    for name, value in (recommend(params) if recommend else {}).items():
+        if _flag(name) in written or getattr(args, name) == value:
+            continue
+        setattr(args, name, value)
+        applied[name] = value
+    return applied
 
 
 def given_flags(argv: Sequence[str]) -> set[str]:

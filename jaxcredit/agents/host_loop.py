@@ -64,6 +64,9 @@ class RunSpec:
       seed: master seed; seed keys are ``split(key(seed), num_seeds)``.
       num_chunks: compiled chunks the run is split into (host work happens between them).
       swept: names of the hyper-parameters that vary (for labels).
+      defaults_from: ``(field, source)`` pairs: the settings that came from somewhere other
+        than the engine's defaults or the user, e.g. an environment's recommended settings
+        (``jaxcredit train``); written to ``config.json`` so a reader knows where they came from.
     """
 
     settings: tuple = ({},)
@@ -71,18 +74,26 @@ class RunSpec:
     seed: int = 0
     num_chunks: int = 10
     swept: tuple = ()
+    defaults_from: tuple = ()
 
     def to_dict(self) -> dict:
         """The JSON form written to ``config.json`` (lists for tuples)."""
         return {"settings": [dict(s) for s in self.settings], "num_seeds": self.num_seeds,
-                "seed": self.seed, "num_chunks": self.num_chunks, "swept": list(self.swept)}
+                "seed": self.seed, "num_chunks": self.num_chunks, "swept": list(self.swept),
+                "defaults_from": dict(self.defaults_from)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunSpec":
         """The spec of a ``config.json`` (its other keys are ignored)."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{k: tuple(d[k]) if k in ("settings", "swept") else d[k]
-                      for k in names if k in d})
+        convert = {"settings": tuple, "swept": tuple,
+                   "defaults_from": lambda pairs: tuple(dict(pairs).items())}
+        return cls(**{f.name: convert.get(f.name, lambda v: v)(d[f.name])
+                      for f in dataclasses.fields(cls) if f.name in d})
+
+
+# Evaluation read-outs that are sampled, not exact or the task's own (the run's summary names
+# the others).
+SAMPLED_EVAL_METRICS = ("eval/return", "eval/return_greedy", "eval/length")
 
 
 # Compiled functions are cached per (config, chunk length, mesh), so repeated runs of one config
@@ -264,9 +275,9 @@ def run_experiment(config: TrainConfig, spec: RunSpec, out: str | pathlib.Path, 
         previous one is deleted only after the new one is complete.
 
     Returns:
-      ``{"out", "updates", "finished", "metric", "final_return", "members", "compile_seconds",
-      "ranking", "program_seconds", "host_seconds", "member_batch", "memory_per_device",
-      "memory_limit"}``: ``final_return`` is the mean over members
+      ``{"out", "updates", "finished", "metric", "final_return", "task_finals", "members",
+      "compile_seconds", "ranking", "program_seconds", "host_seconds", "member_batch",
+      "memory_per_device", "memory_limit"}``: ``final_return`` is the mean over members
       of the last value of ``metric`` (the evaluation return where the run evaluates);
       ``ranking`` lists the settings from best to worst by it, one line each, when there are
       several; ``program_seconds`` is the time in the compiled chunks (metrics transfer
@@ -409,14 +420,22 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
         for logger in extra_loggers:
             logger.close()
     finished = done_updates == config.num_updates
-    ranking = []
+    ranking, task_finals = [], {}
     if done_updates > 0 and writes:
-        curves = plotting.curves_by_setting(runlog.read_metrics(out), headline)
+        table = runlog.read_metrics(out)
+        curves = plotting.curves_by_setting(table, headline)
         if csv:
             runlog.export_csv(out)
         # NaN when no episode ended yet (a short run of long episodes): the run still reports.
         finals = [v[:, -1] for _, v in curves.values() if v.shape[1]]
         last_return = float(np.nanmean(finals)) if finals else float("nan")
+        # The exact J(π) and the task's own metrics (P(optimal first action), ...): what a
+        # credit task is judged by, where the sampled return is noisy.
+        for name in metric_names:
+            if name.startswith("eval/") and name not in SAMPLED_EVAL_METRICS + (headline,):
+                task = [v[:, -1] for _, v in plotting.curves_by_setting(table, name).values()
+                        if v.shape[1]]
+                task_finals[name] = float(np.nanmean(task)) if task else float("nan")
         metric = stats.ranking_metric(metric_names)
         ranked = (curves if metric == headline
                   else plotting.curves_by_setting(runlog.read_metrics(out), metric))
@@ -425,6 +444,7 @@ def _run_experiment(config, spec, out: pathlib.Path, resume, force, progress, ma
             plotting.plot_runs([out], out / "curves.png", headline)
     return {"out": str(out), "updates": done_updates, "finished": finished,
             "final_return": last_return, "metric": headline, "members": population.size,
+            "task_finals": task_finals,
             "compile_seconds": compile_seconds if todo else 0.0, "ranking": ranking,
             "program_seconds": program_seconds,
             "host_seconds": max(loop_seconds - program_seconds, 0.0),

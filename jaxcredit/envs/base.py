@@ -22,6 +22,14 @@ class DiscreteEnv(environment.Environment):
     num_actions: int
     obs_size: int
 
+    def recommended_settings(self, params) -> dict:
+        """Training settings that learn this task, by their flat ``TrainConfig`` / ``Hparams``
+        names (``{"lr": 3e-3, "num_steps": 31, ...}``). ``jaxcredit train`` and ``sweep`` apply
+        them where the user sets no flag and say so; a config built in Python never reads
+        them. None here: the engine's defaults."""
+        del params
+        return {}
+
     def action_space(self, params=None) -> spaces.Discrete:
         return spaces.Discrete(self.num_actions)
 
