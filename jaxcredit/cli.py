@@ -35,7 +35,7 @@ import importlib  # noqa: E402
 import os  # noqa: E402
 import pathlib  # noqa: E402
 import time  # noqa: E402
-from typing import Callable, Optional, Sequence  # noqa: E402
+from typing import Annotated, Callable, Optional, Sequence  # noqa: E402
 
 import tyro  # noqa: E402
 
@@ -71,6 +71,8 @@ class ListArgs:
 
     what: tyro.conf.Positional[str]
     """envs | estimators | objectives | relabellers | redistributors | algos"""
+    verbose: Annotated[bool, tyro.conf.arg(aliases=("-v",))] = False
+    """also each entry's options (--estimator-option KEY=VALUE ...) with their defaults"""
 
 
 def _default_out(config: TrainConfig) -> str:
@@ -286,6 +288,11 @@ def cmd_list(args: ListArgs) -> None:
         except ValueError as err:  # a registered module that cannot be imported here
             about = f"(unavailable: {err})"
         print(f"{name:<{width}}  {about}".rstrip())
+        if args.verbose and table is not None and not about.startswith("(unavailable"):
+            from jaxcredit.credit import stage_context  # noqa: PLC0415
+
+            options = getattr(module, table).options(name, context=tuple(stage_context(None, None)))
+            print(f"{'':<{width}}  options: {', '.join(options) or 'none'}")
 
 
 def _lazy_main(module: str) -> Callable[[list[str]], object]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import inspect
 import io
@@ -70,9 +71,17 @@ def parse_options(pairs: Sequence[str], flag: str) -> tuple[tuple[str, object], 
 def parse(cls, argv: Sequence[str], prog: str):
     """tyro parsing with its boxed error messages reduced to one line."""
     buffer = io.StringIO()
+    sectioned = getattr(cls, "sectioned", None)  # flags grouped into --help sections
     try:
         with contextlib.redirect_stderr(buffer), contextlib.redirect_stdout(buffer):
-            return tyro.cli(cls, args=list(argv), prog=prog)
+            parsed = tyro.cli(sectioned or cls, args=list(argv), prog=prog)
+        if sectioned is None:
+            return parsed
+        values = {}
+        for part in dataclasses.fields(parsed):
+            section = getattr(parsed, part.name)
+            values.update({f.name: getattr(section, f.name) for f in dataclasses.fields(section)})
+        return cls(**values)
     except SystemExit as exit_:
         text = buffer.getvalue()
         if not exit_.code:  # --help

@@ -19,7 +19,7 @@ import inspect
 import os
 import re
 import sys
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 Factory = Union[str, Callable[..., Any]]
 
@@ -76,6 +76,18 @@ class Registry:
     def describe(self, name: str) -> str:
         """One line about ``name``: its factory's first docstring paragraph (imports it)."""
         return describe(self.factory(name))
+
+    def options(self, name: str, context: Sequence[str] = ()) -> list[str]:
+        """``name``'s options as ``key=default`` (``key`` where it has no default), read from
+        its factory's signature; ``context``: the keywords the caller supplies itself (the
+        engine's environment and horizon), left out."""
+        try:
+            parameters = inspect.signature(self.factory(name)).parameters
+        except (TypeError, ValueError):
+            return []
+        return [k if p.default is p.empty else f"{k}={p.default!r}"
+                for k, p in parameters.items() if k not in context
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
     def make(self, name: str, context: Optional[Mapping[str, Any]] = None,
              **options: Any) -> Any:

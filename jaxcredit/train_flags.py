@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional, Sequence
 import numpy as np
 import tyro
 
-from jaxcredit.agents.config import (DEFAULTS, FIELDS, OPTION_FIELDS, FlatField, Hparams,
+from jaxcredit.agents.config import (ALGOS, DEFAULTS, FIELDS, OPTION_FIELDS, FlatField, Hparams,
                                      TrainConfig, flat_fields)
 from jaxcredit.flags import Repeatable, UsageError, field_docs, flat, parse_options
 
@@ -165,8 +165,61 @@ def _settings_fields(cls: type) -> list[tuple[str, Any, Any, str]]:
             for f in dataclasses.fields(cls)]
 
 
+# --help's sections, in this order: the flags named below, then the credit stages by their
+# prefixes (estimator_*, relabel_*, redistribute_*), then "agent" for every other flag.
+HELP_SECTIONS = {
+    "run": ("algo", "env", "env_options", "num_envs", "group_size", "num_steps",
+            "total_timesteps", "num_seeds", "seed", "out", "resume", "force", "progress",
+            "num_chunks", "stop_after_chunks", "logger", "metrics_csv", "grid", "random",
+            "num_samples", "sample_seed"),
+    "agent": (),
+    "credit: estimate": ("burn_in_updates", "model_warmup_updates"),
+    "credit: relabel": (),
+    "credit: redistribute": (),
+    "credit: objective": ("objective",),
+    "off-policy (dqn, pqn)": ("buffer_size", "batch_size", "learning_starts", "gradient_steps",
+                              "target_update_every", "n_step", "dueling", "huber",
+                              "layer_norm", "epsilon_start", "epsilon_end", "epsilon_fraction",
+                              "tau"),
+    "evaluation": ("eval_every", "eval_episodes", "eval_max_steps"),
+    "checkpoints and scale": ("keep_checkpoints", "watchdog_multiple", "watchdog_floor",
+                              "max_restarts", "memory_limit", "member_batch", "coordinator",
+                              "num_processes", "process_id", "local_device_ids",
+                              "distributed"),
+}
+SECTION_DOCS = {
+    "run": "what runs, on which environment, for how long, with how many seeds, where",
+    "agent": "the policy, its critic and its optimiser",
+    "credit: estimate": "the estimator and the fitting of its learned model (jaxcredit list "
+                        "estimators)",
+    "credit: relabel": "relabelling windows before credit (jaxcredit list relabellers)",
+    "credit: redistribute": "rewards redistributed before the estimator, and the fitting of the "
+                            "redistribution model (jaxcredit list redistributors)",
+    "credit: objective": "the policy loss that reads the credit (jaxcredit list objectives)",
+    "off-policy (dqn, pqn)": "replay, targets and exploration of --algo dqn and pqn",
+    "evaluation": "evaluation episodes inside the run, with the exact return where there is one",
+    "checkpoints and scale": "checkpoints, hangs and restarts, device memory, several processes",
+}
+_STAGE_PREFIXES = {"estimator": "credit: estimate", "relabel": "credit: relabel",
+                   "redistribute": "credit: redistribute",
+                   "redistributor": "credit: redistribute"}
+
+
+def help_section(field: str) -> str:
+    """The --help section of a flag's field (:data:`HELP_SECTIONS`)."""
+    for section, names in HELP_SECTIONS.items():
+        if field in names:
+            return section
+    for prefix, section in _STAGE_PREFIXES.items():
+        if field.startswith(prefix):
+            return section
+    return "agent"
+
+
 def _generated(name: str, sources: Sequence[type]) -> type:
-    """A dataclass with every field of ``sources`` as a flag, docstrings as help."""
+    """A dataclass with every field of ``sources`` as a flag, docstrings as help; its
+    ``sectioned`` attribute is the same flags grouped into --help's sections (what the command
+    line parses, :func:`jaxcredit.flags.parse`, which gives back this flat class)."""
     fields = []
     for cls in sources:
         for field, hint, default, help_text in _settings_fields(cls):
@@ -177,9 +230,32 @@ def _generated(name: str, sources: Sequence[type]) -> type:
                 help_text += f" (registered: {', '.join(names)})"
             if field in OPTION_FIELDS:
                 help_text += " (KEY=VALUE, several allowed)"
-            arg = tyro.conf.arg(help=help_text or None, name=flag_name(field))
+            if field == "algo":
+                help_text += f": {' | '.join(ALGOS)}"
+            # A help that states its default in words (the algorithm's preset fills a None)
+            # shows that one only, not tyro's "(default: None)" after it.
+            hint_text = "" if "(default" in help_text else None
+            arg = tyro.conf.arg(help=help_text or None, name=flag_name(field),
+                                help_behavior_hint=hint_text)
             fields.append((field, Annotated[flag, arg], dataclasses.field(default=default)))
-    return dataclasses.make_dataclass(name, fields)
+    flat_cls = dataclasses.make_dataclass(name, fields)
+    sections = {}
+    for field in fields:
+        sections.setdefault(help_section(field[0]), []).append(field)
+    parts = []
+    for section in HELP_SECTIONS:
+        if section not in sections:
+            continue
+        part = dataclasses.make_dataclass(_section_name(section), sections[section])
+        part.__doc__ = SECTION_DOCS[section]
+        parts.append((_section_name(section), Annotated[part, tyro.conf.OmitArgPrefixes],
+                      dataclasses.field(default_factory=part)))
+    flat_cls.sectioned = dataclasses.make_dataclass(name + "Sections", parts)
+    return flat_cls
+
+
+def _section_name(section: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in section).strip("_").replace("__", "_")
 
 
 TrainArgs = _generated("TrainArgs", (TrainConfig, Hparams, RunOptions))
@@ -187,11 +263,11 @@ _RECOMMENDED = (" An environment with ground truth may recommend settings (Delay
                 "whole-episode windows, lr 3e-3 not annealed, gamma 1, evaluation on); they "
                 "apply where no flag is given, are printed, and are recorded in the run's "
                 "config.json (defaults_from).")
-TrainArgs.__doc__ = ("Train one configuration over several seeds (one compiled, sharded "
-                     "program)." + _RECOMMENDED)
+TrainArgs.__doc__ = TrainArgs.sectioned.__doc__ = (
+    "Train one configuration over several seeds (one compiled, sharded program)." + _RECOMMENDED)
 SweepArgs = _generated("SweepArgs", (TrainConfig, Hparams, RunOptions, SweepOptions))
-SweepArgs.__doc__ = ("Train a grid or a random sample of hyper-parameters × seeds in one "
-                     "program." + _RECOMMENDED)
+SweepArgs.__doc__ = SweepArgs.sectioned.__doc__ = (
+    "Train a grid or a random sample of hyper-parameters × seeds in one program." + _RECOMMENDED)
 
 
 def hp_name(name: str) -> str:

@@ -3,6 +3,7 @@ plot, resume through the CLI, and the console script in a subprocess."""
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -296,6 +297,48 @@ def test_train_help_lists_every_registered_stage(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for name in registered():
         assert name in text, name
+
+
+def test_list_verbose_gives_each_entrys_options_from_its_signature(capsys):
+    assert cli.main(["list", "estimators", "-v"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    options = {name.split()[0]: line.split("options: ", 1)[1]
+               for name, line in zip(lines[::2], lines[1::2])}
+    assert "model='mlp'" in options["hca_return"] and "n=" in options["nstep"]
+    assert "env" not in options["hca_return"].replace("env_", "")  # the engine supplies it
+    assert cli.main(["list", "redistributors", "--verbose"]) == 0
+    assert "options: " in capsys.readouterr().out
+
+
+def test_train_help_is_grouped_into_sections_with_one_default_per_flag(capsys):
+    from jaxcredit.agents.config import ALGOS
+    from jaxcredit.train_flags import HELP_SECTIONS, TrainArgs, help_section
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = capsys.readouterr().out
+    titles = [line.strip() for line in text.splitlines() if line.strip().endswith(" options")]
+    assert titles == ["run options", "agent options", "credit-estimate options",
+                      "credit-relabel options", "credit-redistribute options",
+                      "credit-objective options", "off-policy-dqn-pqn options",
+                      "evaluation options", "checkpoints-and-scale options"]
+    assert len(titles) == len(HELP_SECTIONS)
+    entries, current = [], ""
+    for line in text.splitlines():  # one entry per flag: its line and the lines under it
+        if re.match(r"\s+--[a-z]", line):
+            entries.append(current)
+            current = line
+        elif line.startswith(" " * 20):
+            current += " " + line.strip()
+    entries = [e for e in entries + [current] if re.match(r"\s+--[a-z]", e)]
+    assert len(entries) >= len(dataclasses.fields(TrainArgs)) - 1  # --help itself aside
+    assert all(" ".join(e.split()).count("(default") <= 1 for e in entries), [
+        e for e in entries if " ".join(e.split()).count("(default") > 1]
+    flat = " ".join(text.split())
+    assert " | ".join(ALGOS) in flat  # every algorithm, pqn included
+    assert help_section("estimator_fit_steps") == "credit: estimate"
+    assert help_section("redistributor_lr") == "credit: redistribute"
+    assert help_section("buffer_size") == "off-policy (dqn, pqn)" and help_section("lr") == "agent"
 
 
 def test_jaxcredit_run_end_to_end_at_a_tiny_size(tmp_path, capsys):

@@ -89,7 +89,7 @@ class TrainConfig:
     """
 
     algo: str = "ppo"
-    """preset: ppo | a2c | reinforce | dqn (fills the fields below that are left unset)"""
+    """the algorithm's preset (jaxcredit list algos; it fills the fields below left unset)"""
     objective: Optional[str] = None
     """objective stage: a registered name or module:factory (default: the algo's)"""
     estimator: EstimatorConfig = dataclasses.field(default_factory=EstimatorConfig)
