@@ -81,9 +81,12 @@ def _default_out(config: TrainConfig) -> str:
     return f"runs/{config.algo}-{name}-{config.env}-{stamp}"
 
 
-def cmd_train(args, settings=None, swept=(), recommended=None) -> dict:
-    """``recommended``: the environment's recommended settings applied to ``args``
-    (:func:`~jaxcredit.train_flags.apply_recommended_settings`), said and recorded here."""
+def cmd_train(args, sweep: bool = False) -> dict:
+    """``train``, or with ``sweep`` the settings of ``--grid`` / ``--random``. The environment's
+    recommended settings (:func:`~jaxcredit.train_flags.apply_recommended_settings`) fill the
+    flags not given; they are applied once JAX's distributed runtime has started (building the
+    environment is a JAX call, which must come after it in a multi-process run), said and
+    recorded in config.json."""
     if args.watchdog_multiple < 0 or args.watchdog_floor < 0 or args.max_restarts < 0:
         raise UsageError("--watchdog-multiple, --watchdog-floor and --max-restarts must be >= 0")
     multiprocess = check_multiprocess_flags(args)
@@ -115,16 +118,17 @@ def cmd_train(args, settings=None, swept=(), recommended=None) -> dict:
         return _report(run_experiment(None, None, args.out, resume=True, progress=args.progress,
                                       max_chunks=args.stop_after_chunks, loggers=flat(args.logger),
                                       **watch))
-    config = build_config(args)
+    build_config(args)  # one-line errors before anything starts
+    if sweep:
+        sweep_settings(args)
     if args.num_chunks <= 0:
         raise UsageError(f"num_chunks must be positive, got {args.num_chunks}")
-    source = f"{args.env}'s recommended settings"
-    if recommended:
-        print(f"note: {source} for the flags not given: "
-              + " ".join(f"{name}={_setting(value)}" for name, value in recommended.items()),
-              file=sys.stderr)
     host_loop = _host_loop(args, multiprocess)
-    spec = host_loop.RunSpec(settings=tuple(settings or [base_hparams(args)]),
+    recommended = apply_recommended_settings(args, given_flags(_ARGV))
+    source = f"{args.env}'s recommended settings"
+    config = build_config(args)
+    settings, swept = sweep_settings(args) if sweep else ([base_hparams(args)], ())
+    spec = host_loop.RunSpec(settings=tuple(settings),
                              num_seeds=args.num_seeds, seed=args.seed,
                              num_chunks=args.num_chunks, swept=tuple(swept),
                              defaults_from=tuple((name, source) for name in recommended or ()))
@@ -132,12 +136,22 @@ def cmd_train(args, settings=None, swept=(), recommended=None) -> dict:
                                                force=args.force, progress=args.progress,
                                                max_chunks=args.stop_after_chunks,
                                                loggers=flat(args.logger), **watch))
+    if recommended and jax_process_index() == 0:  # after the run: an error stays one line
+        print(f"note: the run used {source} for the flags not given: "
+              + " ".join(f"{name}={_setting(value)}" for name, value in recommended.items())
+              + " (config.json: defaults_from)", file=sys.stderr)
     steps = config.num_updates * config.steps_per_update
     if steps != config.total_timesteps:  # whole updates only: say so rather than round silently
         print(f"note: --total-timesteps {config.total_timesteps:g} ran as {config.num_updates} "
               f"updates × {config.steps_per_update} env steps = {steps} steps per seed",
               file=sys.stderr)
     return summary
+
+
+def jax_process_index() -> int:
+    import jax  # noqa: PLC0415 (started by the host loop already)
+
+    return jax.process_index()
 
 
 def _setting(value) -> str:
@@ -235,11 +249,7 @@ def _report(summary: dict) -> dict:
 
 
 def cmd_sweep(args) -> dict:
-    if args.resume:
-        return cmd_train(args)
-    recommended = apply_recommended_settings(args, given_flags(_ARGV))
-    settings, swept = sweep_settings(args)
-    return cmd_train(args, settings, swept, recommended)
+    return cmd_train(args, sweep=not args.resume)
 
 
 def cmd_plot(args: PlotArgs) -> None:
@@ -323,9 +333,7 @@ def dispatch(argv: list[str]):
     if command in ("run", "diagnose"):
         compile_cache.enable()  # jaxcredit.compile_cache; benchmarks time compiles, so not bench
     if command == "train":
-        args = parse(TrainArgs, rest, prog)
-        return cmd_train(args, recommended=None if args.resume else
-                         apply_recommended_settings(args, given_flags(_ARGV)))
+        return cmd_train(parse(TrainArgs, rest, prog))
     if command == "sweep":
         return cmd_sweep(parse(SweepArgs, rest, prog))
     if command == "plot":

@@ -75,6 +75,14 @@ def run_cli(argv, capsys):
     (["plot", "/no/such/run"], "not a run directory"),
     (["bench"], "usage: jaxcredit bench"),
     (["fly"], "unknown command 'fly'"),
+    # More mistakes a tired user makes: a misspelt option, the oracle at a discount it is not
+    # exact for (the value printed as written, not as float32), a lower-case name.
+    (["train", "--estimator", "hca_return", "--env", "DelayedEffect", "--estimator-option",
+      "modle=oracle"], "did you mean 'model'"),
+    (["train", "--estimator", "hca_return", "--env", "DelayedEffect", "--estimator-option",
+      "model=oracle", "--gamma", "0.99", "--total-timesteps", "1e3"], "0.99"),
+    (["train", "--env", "delayedeffect"], "DelayedEffect"),
+    (["train", "--num-seeds", "0"], "num_seeds"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -83,6 +91,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monke
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("jaxcredit: error: ") and message in lines[0], lines[0]
+    # No internal object (a repr) and no float32 noise (0.9900000095367432) in the message.
+    assert " at 0x" not in lines[0] and not re.search(r"\d\.\d*0000000\d", lines[0]), lines[0]
     assert not (tmp_path / "runs").exists()  # nothing written
 
 

@@ -47,8 +47,8 @@ def test_the_issue_command_learns_and_records_where_its_settings_came_from(tmp_p
     out = tmp_path / "run"
     assert cli.main([*ISSUE_COMMAND, "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "note: DelayedEffect's recommended settings for the flags not given: num_steps=31 " \
-           "lr=0.003 anneal_lr=False" in err
+    assert "note: the run used DelayedEffect's recommended settings for the flags not given: " \
+           "num_steps=31 lr=0.003 anneal_lr=False" in err
     saved = json.loads((out / "config.json").read_text())
     assert saved["config"]["num_steps"] == 31 and saved["settings"][0]["lr"] == pytest.approx(3e-3)
     assert "lr" in saved["defaults_from"] and "gamma" not in saved["defaults_from"]  # --gamma 1
