@@ -58,7 +58,8 @@ class PlotArgs:
     metric: Optional[str] = None
     """metric column (default: eval/return where the runs evaluate, else episode_return)"""
     out: Optional[str] = None
-    """image path (default: curves.png in the single run, else overlay.png here)"""
+    """image path, its suffix the format: .png, .pdf or .svg (default: curves.png in the
+    single run, else overlay.png here)"""
     per_seed: bool = False
     """draw every seed's curve under the mean"""
     smooth: int = 1

@@ -77,14 +77,80 @@ def _setting_label(config: dict, h: int, multiple: bool) -> str:
     return " ".join(f"{k}={settings[h][k]:.3g}" for k in swept) or f"setting {h}"
 
 
+# Which way is better, for the axis label: the first matching fragment of the metric's name.
+_LOWER_IS_BETTER = ("error", "loss", "kl", "regret", "bias", "variance", "length")
+_HIGHER_IS_BETTER = ("return", "p_optimal", "rate", "success", "accuracy", "agreement", "cosine",
+                     "snr", "share")
+
+
+def better(metric: str) -> str:
+    """``"↑ better"``, ``"↓ better"`` or ``""`` for a metric's name."""
+    name = metric.lower()
+    if any(word in name for word in _LOWER_IS_BETTER):
+        return "↓ better"
+    if any(word in name for word in _HIGHER_IS_BETTER):
+        return "↑ better"
+    return ""
+
+
+def task_title(config: dict) -> str:
+    """``"DelayedEffect n=30 sigma=1, a2c"``: the environment with its options and the
+    algorithm, from a run's ``config.json``."""
+    train = config.get("config", {})
+    env = train.get("env", "")
+    options = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in (train.get("env_options") or {}).items())
+    return ", ".join(x for x in (f"{env} {options}".strip(), train.get("algo", "")) if x)
+
+
+def credit_label(config: dict) -> str:
+    """``"hca_return, fitted"`` / ``"hca_return, exact model"`` / ``"gae"``: the estimator and
+    whether its model was the exact one (``model=oracle``) or fitted, where it has one."""
+    estimator = config.get("config", {}).get("estimator") or {}
+    name = estimator.get("name") if isinstance(estimator, dict) else estimator
+    if not name:
+        return ""
+    options = (estimator.get("options") or {}) if isinstance(estimator, dict) else {}
+    model = options.get("model")
+    if model == "oracle":
+        return f"{name}, exact model"
+    return f"{name}, fitted" if model is not None or name in _FITTED else name
+
+
+# Estimators whose credit comes from a learned model by default (their "model" option unset).
+_FITTED = ("hca_return", "hca_state", "hca_dice", "c2a2c", "cocoa_reward", "cocoa_feature",
+           "cca")
+
+
+def chance_level(config: dict, metric: str) -> float | None:
+    """1 / (number of actions) for a probability-of-an-action metric (``p_optimal_*``), from
+    the run's environment; None for any other metric or an environment that cannot be built."""
+    if "p_optimal" not in metric:
+        return None
+    train = config.get("config", {})
+    try:
+        from jaxcredit import envs  # noqa: PLC0415
+
+        env, params = envs.make(train["env"], **(train.get("env_options") or {}))
+        return 1.0 / env.action_space(params).n
+    except Exception:  # noqa: BLE001 (no chance line rather than no figure)
+        return None
+
+
 def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Path,
               metric: str | None = None, per_seed: bool = False,
               smooth_window: int = 1) -> pathlib.Path:
     """Overlays mean and 95% bootstrap band of ``metric`` for every run and setting.
 
-    ``metric`` None: ``eval/return`` where the runs evaluate, else ``episode_return``.
+    ``metric`` None: ``eval/return`` where the runs evaluate, else ``episode_return``. The
+    title names the task (environment, its options, the algorithm) when the runs share it; each
+    legend entry names the run, its estimator and whether the credit model was fitted or exact,
+    and its number of seeds; the y axis says which way is better; a probability of the optimal
+    action gets its chance line. The legend sits below the axes, over no data. The format
+    follows ``out_path``'s suffix: ``.png``, ``.pdf`` or ``.svg``.
     """
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    titles, chance = set(), None
     for run_dir in run_dirs:
         run_dir = pathlib.Path(run_dir)
         if not runlog.has_metrics(run_dir):
@@ -96,25 +162,37 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Pa
             raise ValueError(f"{run_dir} has no metric rows yet")
         if metric is None:
             metric = "eval/return" if "eval/return" in columns else "episode_return"
+        titles.add(task_title(config))
+        chance = chance if chance is not None else chance_level(config, metric)
+        credit = credit_label(config)
         per_setting = curves_by_setting(columns, metric)
         for h, (steps, values) in per_setting.items():
             values = smooth(values, smooth_window)
             mean, low, high = bootstrap_band(values)
             label = " ".join(x for x in (run_dir.name,
                                          _setting_label(config, h, len(per_setting) > 1)) if x)
+            if credit and credit not in label:
+                label += f" [{credit}]"
             label += f" (n={values.shape[0]})"
             line, = ax.plot(steps, mean, lw=1.5, label=label)
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
             if per_seed:
                 for row in values:
                     ax.plot(steps, row, color=line.get_color(), lw=0.5, alpha=0.35)
+    if chance is not None:
+        ax.axhline(chance, color="gray", lw=0.8, ls=":", label=f"chance ({chance:g})")
     ax.set_xlabel("environment steps")
-    ax.set_ylabel(metric.replace("_", " "))
-    ax.set_title(f"{metric.replace('_', ' ')}: mean and 95% bootstrap CI across seeds")
+    ax.set_ylabel(" ".join(x for x in (metric.replace("_", " "), f"({better(metric)})"
+                                       if better(metric) else "") if x))
+    task = titles.pop() if len(titles) == 1 and "" not in titles else ""
+    ax.set_title((f"{task}\n" if task else "")
+                 + f"{metric.replace('_', ' ')}: mean and 95% bootstrap CI across seeds",
+                 fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2,
+              frameon=False)
     fig.tight_layout()
     out_path = pathlib.Path(out_path)
-    fig.savefig(out_path, dpi=120)
+    fig.savefig(out_path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return out_path
