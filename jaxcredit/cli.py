@@ -262,7 +262,23 @@ def cmd_plot(args: PlotArgs) -> None:
                        else "overlay.png")
     if args.smooth < 1:
         raise UsageError(f"smooth must be a positive integer, got {args.smooth}")
-    print(plot_runs(args.runs, out, args.metric, args.per_seed, args.smooth))
+    print(plot_runs(args.runs, out, args.metric, args.per_seed, args.smooth, chance_level))
+
+
+def chance_level(config: dict, metric: str) -> Optional[float]:
+    """1 / (number of actions) for a probability-of-the-optimal-action metric (``p_optimal_*``),
+    from a run's ``config.json``; None for any other metric or an environment that cannot be
+    built here (no chance line rather than no figure)."""
+    if "p_optimal" not in metric:
+        return None
+    train = config.get("config", {})
+    try:
+        from jaxcredit import envs  # noqa: PLC0415
+
+        env, params = envs.make(train["env"], **(train.get("env_options") or {}))
+        return 1.0 / env.action_space(params).n
+    except Exception:  # noqa: BLE001
+        return None
 
 
 LISTS = {  # what ``jaxcredit list`` lists: (module, its registry of names, or None: envs)

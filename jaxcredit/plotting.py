@@ -11,7 +11,7 @@ window of that many points first.
 from __future__ import annotations
 
 import pathlib
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import matplotlib
 
@@ -122,35 +122,23 @@ _FITTED = ("hca_return", "hca_state", "hca_dice", "c2a2c", "cocoa_reward", "coco
            "cca")
 
 
-def chance_level(config: dict, metric: str) -> float | None:
-    """1 / (number of actions) for a probability-of-an-action metric (``p_optimal_*``), from
-    the run's environment; None for any other metric or an environment that cannot be built."""
-    if "p_optimal" not in metric:
-        return None
-    train = config.get("config", {})
-    try:
-        from jaxcredit import envs  # noqa: PLC0415
-
-        env, params = envs.make(train["env"], **(train.get("env_options") or {}))
-        return 1.0 / env.action_space(params).n
-    except Exception:  # noqa: BLE001 (no chance line rather than no figure)
-        return None
-
-
 def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Path,
               metric: str | None = None, per_seed: bool = False,
-              smooth_window: int = 1) -> pathlib.Path:
+              smooth_window: int = 1,
+              chance: Optional[Callable[[dict, str], Optional[float]]] = None) -> pathlib.Path:
     """Overlays mean and 95% bootstrap band of ``metric`` for every run and setting.
 
     ``metric`` None: ``eval/return`` where the runs evaluate, else ``episode_return``. The
     title names the task (environment, its options, the algorithm) when the runs share it; each
     legend entry names the run, its estimator and whether the credit model was fitted or exact,
     and its number of seeds; the y axis says which way is better; a probability of the optimal
-    action gets its chance line. The legend sits below the axes, over no data. The format
+    action gets its chance line: ``chance(config, metric)`` gives its level from a run's
+    ``config.json`` (the command line's reads the environment's number of actions), or None. The
+    legend sits below the axes, over no data. The format
     follows ``out_path``'s suffix: ``.png``, ``.pdf`` or ``.svg``.
     """
     fig, ax = plt.subplots(figsize=(7, 4.8))
-    titles, chance = set(), None
+    titles, chance_line = set(), None
     for run_dir in run_dirs:
         run_dir = pathlib.Path(run_dir)
         if not runlog.has_metrics(run_dir):
@@ -163,7 +151,8 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Pa
         if metric is None:
             metric = "eval/return" if "eval/return" in columns else "episode_return"
         titles.add(task_title(config))
-        chance = chance if chance is not None else chance_level(config, metric)
+        if chance_line is None and chance is not None:
+            chance_line = chance(config, metric)
         credit = credit_label(config)
         per_setting = curves_by_setting(columns, metric)
         for h, (steps, values) in per_setting.items():
@@ -179,8 +168,8 @@ def plot_runs(run_dirs: Sequence[str | pathlib.Path], out_path: str | pathlib.Pa
             if per_seed:
                 for row in values:
                     ax.plot(steps, row, color=line.get_color(), lw=0.5, alpha=0.35)
-    if chance is not None:
-        ax.axhline(chance, color="gray", lw=0.8, ls=":", label=f"chance ({chance:g})")
+    if chance_line is not None:
+        ax.axhline(chance_line, color="gray", lw=0.8, ls=":", label=f"chance ({chance_line:g})")
     ax.set_xlabel("environment steps")
     ax.set_ylabel(" ".join(x for x in (metric.replace("_", " "), f"({better(metric)})"
                                        if better(metric) else "") if x))

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from jaxcredit import plotting, runlog
+from jaxcredit import cli, plotting, runlog
 
 
 def _fake_run(folder, estimator, options, values):
@@ -27,7 +27,7 @@ def test_a_figure_names_its_task_credit_direction_and_chance(tmp_path, monkeypat
     saved = {}
     monkeypatch.setattr(plt, "close", lambda fig: saved.setdefault("fig", fig))
     out = plotting.plot_runs([tmp_path / "fitted", tmp_path / "exact"], tmp_path / "p.svg",
-                             "eval/p_optimal_first_action")
+                             "eval/p_optimal_first_action", chance=cli.chance_level)
     assert out.read_text().lstrip().startswith("<?xml")  # the suffix picks the format
     ax = saved["fig"].axes[0]
     assert ax.get_title().startswith("DelayedEffect n=30 sigma=1, a2c\n")
